@@ -1,0 +1,147 @@
+"""The OpenAPI 3.1 document of the producer API, served at /api/v1/openapi.json."""
+
+from __future__ import annotations
+
+from ..delivery.policies import POLICY_NAMES
+from ..models import DeliveryState
+
+_ERROR = {"description": "what is wrong", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def _errors(*codes):
+    return {str(c): _ERROR for c in codes}
+
+
+def _json(schema_ref):
+    return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_ref}"}}}}
+
+
+def _id_param(name):
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def document() -> dict:
+    subscription_input = {
+        "type": "object", "additionalProperties": False, "required": ["url"],
+        "properties": {
+            "url": {"type": "string", "format": "uri", "maxLength": 2048},
+            "event_types": {"type": "array", "items": {"type": "string"}, "default": ["*"],
+                            "description": "type names or fnmatch patterns such as 'file.*'"},
+            "retry_policy": {"type": "string", "enum": list(POLICY_NAMES), "default": "exponential"},
+            "signature_scheme": {"type": "string", "enum": ["promesa", "standard-webhooks"], "default": "promesa"},
+            "description": {"type": "string", "maxLength": 500},
+            "connect_timeout": {"type": "number", "minimum": 0.1, "maximum": 5, "default": 5},
+            "attempt_timeout": {"type": "number", "minimum": 0.1, "maximum": 10, "default": 10},
+            "max_age_seconds": {"type": "integer", "minimum": 60, "maximum": 604800, "default": 86400},
+        },
+    }
+    subscription = {
+        "type": "object",
+        "properties": {**subscription_input["properties"], "id": {"type": "string"},
+                       "state": {"type": "string", "enum": ["active", "paused", "disabled"]},
+                       "state_reason": {"type": ["string", "null"]}, "created_at": {"type": "string"}},
+    }
+    attempt = {"type": "object", "properties": {
+        "number": {"type": "integer"}, "attempted_at": {"type": "string"}, "duration_ms": {"type": "integer"},
+        "status_code": {"type": ["integer", "null"]}, "error": {"type": ["string", "null"]},
+        "response_excerpt": {"type": ["string", "null"]}}}
+    delivery = {"type": "object", "properties": {
+        "id": {"type": "string"}, "event_id": {"type": "string"}, "subscription_id": {"type": "string"},
+        "state": {"type": "string", "enum": list(DeliveryState.ALL)}, "attempt_count": {"type": "integer"},
+        "next_attempt_at": {"type": ["string", "null"]}, "last_status_code": {"type": ["integer", "null"]},
+        "last_error": {"type": ["string", "null"]}, "created_at": {"type": "string"},
+        "succeeded_at": {"type": ["string", "null"]}, "dead_lettered_at": {"type": ["string", "null"]},
+        "attempts": {"type": "array", "items": {"$ref": "#/components/schemas/Attempt"}}}}
+    sub_id = _id_param("subscription_id")
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Promesa producer API", "version": "1",
+                 "description": "Hand events to Promesa; it signs them and delivers them to every matching "
+                                "subscription at least once, retrying with backoff."},
+        "servers": [{"url": "/api/v1"}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/events": {"post": {
+                "summary": "Accept an event for delivery",
+                "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
+                                "schema": {"type": "string", "maxLength": 255},
+                                "description": "a repeated key returns the first event instead of a second"}],
+                "requestBody": {"required": True, **_json("EventInput")},
+                "responses": {"202": {"description": "stored; deliveries enqueued", **_json("Accepted")},
+                              **_errors(400, 401, 409, 413, 415, 422)}}},
+            "/events/{event_id}": {"get": {
+                "summary": "An event with its deliveries and their attempts",
+                "parameters": [_id_param("event_id")],
+                "responses": {"200": {"description": "the event", **_json("Event")}, **_errors(401, 404)}}},
+            "/subscriptions": {
+                "post": {"summary": "Create a subscription; its signing secret is shown in this answer only",
+                         "requestBody": {"required": True, **_json("SubscriptionInput")},
+                         "responses": {"201": {"description": "created", **_json("SubscriptionWithSecret")},
+                                       **_errors(400, 401, 415, 422)}},
+                "get": {"summary": "The team's subscriptions",
+                        "responses": {"200": {"description": "list", "content": {"application/json": {"schema": {
+                            "type": "object", "properties": {"data": {"type": "array", "items": {
+                                "$ref": "#/components/schemas/Subscription"}}}}}}}, **_errors(401)}}},
+            "/subscriptions/{subscription_id}": {"get": {
+                "summary": "One subscription", "parameters": [sub_id],
+                "responses": {"200": {"description": "the subscription", **_json("Subscription")},
+                              **_errors(401, 404)}}},
+            "/subscriptions/{subscription_id}/pause": {"post": {
+                "summary": "Pause: deliveries are held, nothing is dropped", "parameters": [sub_id],
+                "responses": {"200": {"description": "paused", **_json("Subscription")}, **_errors(401, 404)}}},
+            "/subscriptions/{subscription_id}/resume": {"post": {
+                "summary": "Resume: held deliveries are sent", "parameters": [sub_id],
+                "responses": {"200": {"description": "active again", **_json("Subscription")},
+                              **_errors(401, 404)}}},
+            "/subscriptions/{subscription_id}/replay": {"post": {
+                "summary": "Replay dead letters (all, or the given ids) with a fresh retry schedule",
+                "parameters": [sub_id],
+                "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                    "type": "object", "additionalProperties": False,
+                    "properties": {"delivery_ids": {"type": "array", "items": {"type": "string"}}}}}}},
+                "responses": {"202": {"description": "replay enqueued", "content": {"application/json": {
+                    "schema": {"type": "object", "properties": {"replayed": {"type": "integer"}}}}}},
+                    **_errors(400, 401, 404)}}},
+            "/subscriptions/{subscription_id}/deliveries": {"get": {
+                "summary": "The subscription's deliveries, newest first",
+                "parameters": [sub_id,
+                               {"name": "state", "in": "query", "schema": {"type": "string",
+                                                                           "enum": list(DeliveryState.ALL)}},
+                               {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
+                                                                           "maximum": 100, "default": 50}},
+                               {"name": "before", "in": "query", "schema": {"type": "string"},
+                                "description": "the next_before of the previous page"}],
+                "responses": {"200": {"description": "a page", "content": {"application/json": {"schema": {
+                    "type": "object", "properties": {
+                        "data": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}},
+                        "next_before": {"type": ["string", "null"]}}}}}}, **_errors(400, 401, 404)}}},
+            "/openapi.json": {"get": {"summary": "This document", "security": [],
+                                      "responses": {"200": {"description": "OpenAPI 3.1"}}}},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "a team token from `promesa tokens create`"}},
+            "schemas": {
+                "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+                "EventInput": {"type": "object", "additionalProperties": False, "required": ["type"],
+                               "properties": {"type": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"},
+                                              "data": {"type": "object", "description": "ids, versions and times only; at most 8 KB"},
+                                              "id": {"type": "string", "maxLength": 64,
+                                                     "description": "your stable id; repeating it returns the first event"}}},
+                "Accepted": {"type": "object", "properties": {"id": {"type": "string"},
+                                                              "deliveries": {"type": "integer"},
+                                                              "duplicate": {"type": "boolean"}}},
+                "Event": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "type": {"type": "string"}, "version": {"type": "integer"},
+                    "timestamp": {"type": "string"}, "data": {"type": "object"},
+                    "deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}}}},
+                "SubscriptionInput": subscription_input,
+                "Subscription": subscription,
+                "SubscriptionWithSecret": {"allOf": [{"$ref": "#/components/schemas/Subscription"}, {
+                    "type": "object", "properties": {"secret": {"type": "string",
+                                                                "description": "whsec_...; shown once"}}}]},
+                "Delivery": delivery,
+                "Attempt": attempt,
+            },
+        },
+    }

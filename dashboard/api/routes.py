@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+import functools
+
+from flask import g, jsonify, request
+from sqlalchemy import select
+
+from .. import ingest as ingest_service
+from .. import subscriptions as subscription_service
+from ..clock import iso
+from ..extensions import db
+from ..ingest import ApiError
+from ..models import ApiToken, Attempt, Delivery, DeliveryState, Event
+from . import bp
+from .openapi import document
+
+PAGE_LIMIT = 100
+
+
+def token_required(view):
+    @functools.wraps(view)
+    def wrapped(*args, **kwargs):
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <team token>'")
+        found = db.session.scalar(select(ApiToken).where(ApiToken.token_sha256 == ApiToken.digest(token.strip()),
+                                                         ApiToken.revoked_at.is_(None)))
+        if found is None:
+            raise ApiError(401, "invalid or revoked token")
+        g.team = found.team
+        return view(*args, **kwargs)
+
+    return wrapped
+
+
+def json_body():
+    if not request.is_json:
+        raise ApiError(415, "send the body as JSON with 'Content-Type: application/json'")
+    payload = request.get_json(silent=True)
+    if payload is None:
+        raise ApiError(400, "the body is not valid JSON")
+    return payload
+
+
+def subscription_or_404(subscription_id):
+    sub = subscription_service.for_team(g.team, subscription_id)
+    if sub is None:
+        raise ApiError(404, f"no subscription {subscription_id!r} in your team")
+    return sub
+
+
+def attempt_json(a: Attempt) -> dict:
+    return {"number": a.number, "attempted_at": iso(a.attempted_at), "duration_ms": a.duration_ms,
+            "status_code": a.status_code, "error": a.error, "response_excerpt": a.response_excerpt}
+
+
+def delivery_json(d: Delivery, with_attempts=False) -> dict:
+    out = {"id": d.id, "event_id": d.event_id, "subscription_id": d.subscription_id, "state": d.state,
+           "attempt_count": d.attempt_count, "next_attempt_at": iso(d.next_attempt_at)
+           if d.state == DeliveryState.SCHEDULED else None,
+           "last_status_code": d.last_status_code, "last_error": d.last_error, "created_at": iso(d.created_at),
+           "succeeded_at": iso(d.succeeded_at), "dead_lettered_at": iso(d.dead_lettered_at)}
+    if with_attempts:
+        out["attempts"] = [attempt_json(a) for a in d.attempts]
+    return out
+
+
+@bp.get("/openapi.json")
+def openapi():
+    return jsonify(document())
+
+
+@bp.post("/events")
+@token_required
+def create_event():
+    event, deliveries, created = ingest_service.ingest(g.team, json_body(), request.headers.get("Idempotency-Key"))
+    return jsonify(id=event.id, deliveries=deliveries, duplicate=not created), 202
+
+
+@bp.get("/events/<event_id>")
+@token_required
+def get_event(event_id):
+    event = db.session.get(Event, event_id)
+    if event is None or event.team_id != g.team.id:
+        raise ApiError(404, f"no event {event_id!r} in your team")
+    return jsonify(id=event.id, type=event.type, version=event.version, timestamp=iso(event.occurred_at),
+                   data=event.data, deliveries=[delivery_json(d, with_attempts=True) for d in event.deliveries])
+
+
+@bp.post("/subscriptions")
+@token_required
+def create_subscription():
+    sub, secret = subscription_service.create(g.team, json_body())
+    return jsonify(subscription_service.describe(sub) | {"secret": secret}), 201
+
+
+@bp.get("/subscriptions")
+@token_required
+def list_subscriptions():
+    subs = g.team.subscriptions
+    return jsonify(data=[subscription_service.describe(s) for s in subs])
+
+
+@bp.get("/subscriptions/<subscription_id>")
+@token_required
+def get_subscription(subscription_id):
+    return jsonify(subscription_service.describe(subscription_or_404(subscription_id)))
+
+
+@bp.post("/subscriptions/<subscription_id>/pause")
+@token_required
+def pause_subscription(subscription_id):
+    sub = subscription_or_404(subscription_id)
+    subscription_service.pause(sub)
+    return jsonify(subscription_service.describe(sub))
+
+
+@bp.post("/subscriptions/<subscription_id>/resume")
+@token_required
+def resume_subscription(subscription_id):
+    sub = subscription_or_404(subscription_id)
+    released = subscription_service.resume(sub)
+    return jsonify(subscription_service.describe(sub) | {"released": released})
+
+
+@bp.post("/subscriptions/<subscription_id>/replay")
+@token_required
+def replay_subscription(subscription_id):
+    """Replays the subscription's dead letters (or the given delivery ids among them)."""
+    sub = subscription_or_404(subscription_id)
+    payload = json_body() if request.content_length else {}
+    ingest_service.check_fields(payload, {"delivery_ids"})
+    ids = payload.get("delivery_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+        raise ApiError(400, "delivery_ids must be a list of delivery ids")
+    return jsonify(replayed=subscription_service.replay(sub, delivery_ids=ids)), 202
+
+
+@bp.get("/subscriptions/<subscription_id>/deliveries")
+@token_required
+def list_deliveries(subscription_id):
+    sub = subscription_or_404(subscription_id)
+    state = request.args.get("state")
+    if state is not None and state not in DeliveryState.ALL:
+        raise ApiError(400, f"state must be one of: {', '.join(DeliveryState.ALL)}")
+    try:
+        limit = int(request.args.get("limit", 50))
+    except ValueError:
+        raise ApiError(400, "limit must be a whole number") from None
+    if not 1 <= limit <= PAGE_LIMIT:
+        raise ApiError(400, f"limit must be from 1 to {PAGE_LIMIT}")
+    query = select(Delivery).where(Delivery.subscription_id == sub.id)
+    if state:
+        query = query.where(Delivery.state == state)
+    before = request.args.get("before")
+    if before:
+        query = query.where(Delivery.id < before)
+    rows = db.session.scalars(query.order_by(Delivery.id.desc()).limit(limit + 1)).all()
+    page = rows[:limit]
+    return jsonify(data=[delivery_json(d) for d in page],
+                   next_before=page[-1].id if len(rows) > limit else None)

@@ -1,0 +1,93 @@
+"""Configuration from the environment, with embedded defaults for one laptop.
+
+DATABASE_URL, REDIS_URL, SECRET_KEY, PROMESA_ENCRYPTION_KEY, PROMESA_ALLOW_PRIVATE_TARGETS.
+Keys that are not given are generated once and kept in the instance folder.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the usual postgres:// spellings and use the psycopg 3 driver."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def _kept_secret(instance: Path, name: str, make) -> str:
+    """A key generated on first use and kept in the instance folder (mode 600)."""
+    path = instance / name
+    if path.exists():
+        return path.read_text().strip()
+    instance.mkdir(parents=True, exist_ok=True)
+    value = make()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value)
+    return value
+
+
+def from_environment(instance_path: str) -> dict:
+    instance = Path(instance_path)
+    env = os.environ
+    database_url = env.get("DATABASE_URL") or f"sqlite:///{instance / 'promesa.db'}"
+    return {
+        "SQLALCHEMY_DATABASE_URI": normalize_database_url(database_url),
+        "REDIS_URL": env.get("REDIS_URL") or None,
+        "SECRET_KEY": env.get("SECRET_KEY") or _kept_secret(instance, "secret_key", lambda: secrets.token_hex(32)),
+        "PROMESA_ENCRYPTION_KEY": env.get("PROMESA_ENCRYPTION_KEY")
+        or _kept_secret(instance, "encryption_key", lambda: Fernet.generate_key().decode()),
+        "PROMESA_ALLOW_PRIVATE_TARGETS": _truthy(env.get("PROMESA_ALLOW_PRIVATE_TARGETS")),
+    }
+
+
+def overrides_from_environment(defaults: dict) -> dict:
+    """Any PROMESA_* default can be set from the environment, parsed as the default's type."""
+    out = {}
+    for key, default in defaults.items():
+        raw = os.environ.get(key)
+        if raw is None or not key.startswith("PROMESA_"):
+            continue
+        if isinstance(default, bool):
+            out[key] = _truthy(raw)
+        elif isinstance(default, int):
+            out[key] = int(raw)
+        elif isinstance(default, float):
+            out[key] = float(raw)
+        else:
+            out[key] = raw
+    return out
+
+
+DEFAULTS = {
+    "SQLALCHEMY_ENGINE_OPTIONS": {},
+    # A dashboard stays open for hours: the CSRF token lives as long as the session.
+    "WTF_CSRF_TIME_LIMIT": None,
+    "PROMESA_REDIS_PREFIX": "promesa",
+    "PROMESA_QUEUE": "promesa",
+    # How many drain jobs may run at once across all workers.
+    "PROMESA_DRAINERS": 4,
+    # Largest accepted request body on the producer API, and largest `data` in an event.
+    "PROMESA_MAX_BODY_BYTES": 64 * 1024,
+    "PROMESA_MAX_DATA_BYTES": 8 * 1024,
+    # In-flight HTTP requests per worker, and per subscription within one worker.
+    "PROMESA_MAX_IN_FLIGHT": 64,
+    "PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION": 8,
+    # Seconds one drain job runs before handing over to a fresh job.
+    "PROMESA_DRAIN_BUDGET_SECONDS": 30.0,
+    "PROMESA_SWEEP_INTERVAL_SECONDS": 60.0,
+    "PROMESA_RESPONSE_EXCERPT_BYTES": 1024,
+    # How long a claimed delivery stays a worker's before the sweeper may hand it to another.
+    "PROMESA_LEASE_SECONDS": 120,
+}

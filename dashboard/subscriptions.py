@@ -1,0 +1,111 @@
+"""What can be done to a subscription, shared by the JSON API and the dashboard."""
+
+from __future__ import annotations
+
+import math
+
+from flask import current_app
+from sqlalchemy import select, update
+
+from . import crypto, signing
+from .clock import iso
+from .delivery.policies import POLICY_NAMES
+from .delivery.targets import url_problem
+from .extensions import db
+from .ingest import ApiError, check_fields, enqueue
+from .models import Delivery, DeliveryState, Subscription, SubscriptionState, Team
+
+SCHEMES = ("promesa", "standard-webhooks")
+FIELDS = {"url", "event_types", "retry_policy", "description", "signature_scheme", "connect_timeout",
+          "attempt_timeout", "max_age_seconds"}
+
+
+def _number(payload, name, low, high, default):
+    value = payload.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise ApiError(400, f"{name} must be a number from {low} to {high}")
+    return value
+
+
+def create(team: Team, payload) -> tuple[Subscription, str]:
+    """Validate everything first, store once: nothing half-way. Returns the subscription and its secret."""
+    check_fields(payload, FIELDS, {"url"})
+    problem = url_problem(payload["url"], current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
+    if problem:
+        raise ApiError(422, problem)
+    event_types = payload.get("event_types", ["*"])
+    if not isinstance(event_types, list) or not event_types or not all(
+            isinstance(p, str) and 0 < len(p) <= 200 for p in event_types):
+        raise ApiError(400, "event_types must be a non-empty list of type names or patterns like 'file.*'")
+    retry_policy = payload.get("retry_policy", "exponential")
+    if retry_policy not in POLICY_NAMES:
+        raise ApiError(400, f"retry_policy must be one of: {', '.join(POLICY_NAMES)}")
+    scheme = payload.get("signature_scheme", "promesa")
+    if scheme not in SCHEMES:
+        raise ApiError(400, f"signature_scheme must be one of: {', '.join(SCHEMES)}")
+    description = payload.get("description", "")
+    if not isinstance(description, str) or len(description) > 500:
+        raise ApiError(400, "description must be a string of at most 500 characters")
+    connect_timeout = _number(payload, "connect_timeout", 0.1, 5, 5)
+    attempt_timeout = _number(payload, "attempt_timeout", 0.1, 10, 10)
+    max_age = _number(payload, "max_age_seconds", 60, 7 * 86400, 86400)
+    secret = signing.new_secret()
+    sub = Subscription(team_id=team.id, url=payload["url"], event_types=event_types, retry_policy=retry_policy,
+                       signature_scheme=scheme, description=description, connect_timeout=connect_timeout,
+                       attempt_timeout=attempt_timeout, max_age_seconds=int(max_age),
+                       secret_ciphertext=crypto.encrypt(secret), state=SubscriptionState.ACTIVE)
+    db.session.add(sub)
+    db.session.commit()
+    return sub, secret
+
+
+def pause(sub: Subscription, reason: str = "paused by an operator") -> None:
+    """Deliveries keep accumulating (held); nothing is dropped."""
+    sub.state = SubscriptionState.PAUSED
+    sub.state_reason = reason
+    db.session.commit()
+
+
+def resume(sub: Subscription) -> int:
+    """Active again: every held delivery becomes due now. Returns how many were released."""
+    now = current_app.config["CLOCK"].now()
+    sub.state = SubscriptionState.ACTIVE
+    sub.state_reason = None
+    ids = db.session.scalars(
+        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.HELD)
+        .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
+        .returning(Delivery.id)).all()
+    db.session.commit()
+    enqueue(list(ids))
+    return len(ids)
+
+
+def replay(sub: Subscription, states=(DeliveryState.DEAD,), delivery_ids: list[str] | None = None) -> int:
+    """Send again, with a fresh retry schedule; the event id and body stay the same."""
+    now = current_app.config["CLOCK"].now()
+    target = DeliveryState.PENDING if sub.state == SubscriptionState.ACTIVE else DeliveryState.HELD
+    query = update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(states))
+    if delivery_ids is not None:
+        query = query.where(Delivery.id.in_(delivery_ids))
+    ids = db.session.scalars(
+        query.values(state=target, next_attempt_at=now, updated_at=now, retry_base=Delivery.attempt_count,
+                     dead_lettered_at=None, lease_token=None, lease_expires_at=None)
+        .returning(Delivery.id)).all()
+    db.session.commit()
+    if target == DeliveryState.PENDING:
+        enqueue(list(ids))
+    return len(ids)
+
+
+def for_team(team: Team, subscription_id: str) -> Subscription | None:
+    return db.session.scalar(select(Subscription).where(Subscription.id == subscription_id,
+                                                        Subscription.team_id == team.id))
+
+
+def describe(sub: Subscription) -> dict:
+    return {"id": sub.id, "url": sub.url, "description": sub.description, "event_types": sub.event_types,
+            "retry_policy": sub.retry_policy, "signature_scheme": sub.signature_scheme, "state": sub.state,
+            "state_reason": sub.state_reason, "connect_timeout": sub.connect_timeout,
+            "attempt_timeout": sub.attempt_timeout, "max_age_seconds": sub.max_age_seconds,
+            "created_at": iso(sub.created_at)}

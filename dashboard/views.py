@@ -1,0 +1,108 @@
+"""The operator dashboard: server-rendered pages; state changes are POST-only with CSRF."""
+
+from __future__ import annotations
+
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+from sqlalchemy import func, select
+
+from . import subscriptions as subscription_service
+from .auth import GLOBAL_ROLES, can_operate, can_view
+from .extensions import db
+from .models import Delivery, DeliveryState, Subscription
+
+bp = Blueprint("views", __name__)
+PAGE = 50
+
+
+def _visible_subscriptions():
+    query = select(Subscription).order_by(Subscription.created_at.desc())
+    if current_user.role not in GLOBAL_ROLES:
+        query = query.where(Subscription.team_id == (current_user.team_id or -1))
+    return db.session.scalars(query).all()
+
+
+def _subscription_or_404(subscription_id: str, operate: bool = False) -> Subscription:
+    sub = db.session.get(Subscription, subscription_id)
+    if sub is None or not can_view(current_user, sub):
+        abort(404)  # another team's subscription does not exist, as far as you can tell
+    if operate and not can_operate(current_user, sub):
+        abort(403)
+    return sub
+
+
+@bp.get("/")
+@login_required
+def index():
+    subs = _visible_subscriptions()
+    counts: dict[str, dict[str, int]] = {s.id: {} for s in subs}
+    if subs:
+        rows = db.session.execute(
+            select(Delivery.subscription_id, Delivery.state, func.count())
+            .where(Delivery.subscription_id.in_(list(counts)))
+            .group_by(Delivery.subscription_id, Delivery.state)).all()
+        for sub_id, state, n in rows:
+            counts[sub_id][state] = n
+    return render_template("views/index.html", subscriptions=subs, counts=counts)
+
+
+@bp.get("/subscriptions/<subscription_id>")
+@login_required
+def subscription(subscription_id):
+    sub = _subscription_or_404(subscription_id)
+    state = request.args.get("state")
+    if state not in DeliveryState.ALL:
+        state = None
+    query = select(Delivery).where(Delivery.subscription_id == sub.id)
+    if state:
+        query = query.where(Delivery.state == state)
+    before = request.args.get("before")
+    if before:
+        query = query.where(Delivery.id < before)
+    rows = db.session.scalars(query.order_by(Delivery.id.desc()).limit(PAGE + 1)).all()
+    return render_template("views/subscription.html", sub=sub, deliveries=rows[:PAGE], state=state,
+                           next_before=rows[PAGE - 1].id if len(rows) > PAGE else None,
+                           can_operate=can_operate(current_user, sub))
+
+
+@bp.get("/deliveries/<delivery_id>")
+@login_required
+def delivery(delivery_id):
+    d = db.session.get(Delivery, delivery_id)
+    if d is None or not can_view(current_user, d.subscription):
+        abort(404)
+    return render_template("views/delivery.html", d=d, sub=d.subscription,
+                           can_operate=can_operate(current_user, d.subscription))
+
+
+@bp.post("/subscriptions/<subscription_id>/pause")
+@login_required
+def pause(subscription_id):
+    # Pausing holds deliveries instead of failing them while a receiver is being repaired.
+    sub = _subscription_or_404(subscription_id, operate=True)
+    subscription_service.pause(sub, f"paused by {current_user.email}")
+    flash("Paused: new deliveries are held until you resume.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))
+
+
+@bp.post("/subscriptions/<subscription_id>/resume")
+@login_required
+def resume(subscription_id):
+    # Resuming releases every held delivery at once.
+    sub = _subscription_or_404(subscription_id, operate=True)
+    released = subscription_service.resume(sub)
+    flash(f"Resumed: {released} held deliveries are on their way.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))
+
+
+@bp.post("/subscriptions/<subscription_id>/replay")
+@login_required
+def replay(subscription_id):
+    # Replay dead letters (one, or all of the subscription's) with a fresh retry schedule.
+    sub = _subscription_or_404(subscription_id, operate=True)
+    delivery_id = request.form.get("delivery_id")
+    n = subscription_service.replay(sub, delivery_ids=[delivery_id] if delivery_id else None)
+    flash(f"Replaying {n} dead deliveries.", "ok")
+    target = url_for(".delivery", delivery_id=delivery_id) if delivery_id else \
+        url_for(".subscription", subscription_id=sub.id)
+    return redirect(target)

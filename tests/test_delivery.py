@@ -1,0 +1,217 @@
+"""The delivery promises, end to end: API -> database -> Redis -> HTTP to a real receiver."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import json
+
+import pytest
+from sqlalchemy import select
+
+from dashboard.extensions import db
+from dashboard.models import Attempt, Delivery, Subscription
+
+from .support.pipeline import deliver_due
+
+
+def delivery_of(event_id) -> Delivery:
+    db.session.expire_all()
+    return db.session.scalar(select(Delivery).where(Delivery.event_id == event_id))
+
+
+def attempts_of(delivery_id):
+    return db.session.scalars(select(Attempt).where(Attempt.delivery_id == delivery_id).order_by(Attempt.number)).all()
+
+
+def independent_verify(secret: str, header: str, body: bytes, now: float, tolerance=300) -> bool:
+    """Stripe's algorithm written out again here, not imported from Promesa."""
+    items = [part.split("=", 1) for part in header.split(",")]
+    t = int(next(v for k, v in items if k == "t"))
+    expected = hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    return abs(now - t) <= tolerance and any(hmac.compare_digest(expected, v) for k, v in items if k == "v1")
+
+
+def test_it_delivers_a_signed_thin_event(app, producer, receiver, clock):
+    sub = producer.subscribe(receiver.url + "/ok")
+    accepted = producer.publish("file.updated", {"resource_id": "f_123", "resource_version": 7})
+    assert accepted["deliveries"] == 1
+
+    deliver_due(app, clock)
+
+    assert receiver.count("/ok") == 1
+    got = receiver.requests[0]
+    body = json.loads(got.body)
+    assert body["id"] == accepted["id"] and body["type"] == "file.updated" and body["version"] == 1
+    assert body["data"] == {"resource_id": "f_123", "resource_version": 7}
+    assert body["timestamp"].endswith("Z")
+    assert got.headers["Content-Type"] == "application/json"
+    assert got.headers["X-Event-Id"] == accepted["id"]
+    assert got.headers["X-Event-Type"] == "file.updated"
+    assert independent_verify(sub["secret"], got.headers["X-Signature"], got.body, _unix(clock))
+    assert not independent_verify("whsec_wrong", got.headers["X-Signature"], got.body, _unix(clock))
+    d = delivery_of(accepted["id"])
+    assert d.state == "succeeded" and d.attempt_count == 1 and d.succeeded_at is not None
+    [a] = attempts_of(d.id)
+    assert a.status_code == 200 and a.error is None and a.response_excerpt.startswith("status 200")
+
+
+def _unix(clock):
+    from dashboard.clock import unix
+    return unix(clock.now())
+
+
+def test_it_retries_503_then_succeeds_with_the_same_id_and_body(app, producer, receiver, clock):
+    producer.subscribe(receiver.url + "/flaky/1")
+    accepted = producer.publish()
+    deliver_due(app, clock)
+    d = delivery_of(accepted["id"])
+    assert d.state == "scheduled" and d.last_status_code == 503
+    wait = (d.next_attempt_at - clock.now()).total_seconds()
+    assert 15 <= wait <= 30  # 30 s with equal jitter
+
+    assert deliver_due(app, clock) == 0  # not due yet: nothing is sent early
+    clock.advance(seconds=wait)
+    deliver_due(app, clock)
+
+    d = delivery_of(accepted["id"])
+    assert d.state == "succeeded" and d.attempt_count == 2
+    first, second = receiver.requests
+    assert first.body == second.body  # id and timestamp identical on every retry
+    assert first.headers["X-Event-Id"] == second.headers["X-Event-Id"] == accepted["id"]
+    assert [a.status_code for a in attempts_of(d.id)] == [503, 200]
+
+
+def test_a_slow_answer_is_a_timeout(app, producer, receiver, clock):
+    producer.subscribe(receiver.url + "/slow/1.5", attempt_timeout=0.3)
+    accepted = producer.publish()
+    deliver_due(app, clock)
+    d = delivery_of(accepted["id"])
+    assert d.state == "scheduled" and d.last_error == "timeout"
+    [a] = attempts_of(d.id)
+    assert a.status_code is None and a.error == "timeout" and a.duration_ms < 1500
+
+
+def test_redirects_are_never_followed(app, producer, receiver, clock):
+    producer.subscribe(receiver.url + "/redirect")
+    accepted = producer.publish()
+    deliver_due(app, clock)
+    d = delivery_of(accepted["id"])
+    assert d.state == "scheduled" and d.last_status_code == 302
+    [a] = attempts_of(d.id)
+    assert a.error == "redirect not followed"
+    assert receiver.count("/redirect-target") == 0
+
+
+def test_a_4xx_stops_after_three_attempts(app, producer, receiver, clock):
+    producer.subscribe(receiver.url + "/status/400")
+    accepted = producer.publish()
+    for _ in range(5):
+        deliver_due(app, clock)
+        clock.advance(hours=1)
+    d = delivery_of(accepted["id"])
+    assert d.state == "dead" and d.attempt_count == 3 and d.dead_lettered_at is not None
+    assert receiver.count("/status/400") == 3
+
+
+def test_410_disables_the_subscription_and_holds_its_deliveries(app, producer, receiver, clock):
+    sub = producer.subscribe(receiver.url + "/status/410")
+    first = producer.publish()
+    deliver_due(app, clock)
+    assert delivery_of(first["id"]).state == "held"
+    assert db.session.get(Subscription, sub["id"]).state == "disabled"
+    assert "410" in db.session.get(Subscription, sub["id"]).state_reason
+
+    later = producer.publish()  # a disabled subscription keeps accumulating, unsent
+    deliver_due(app, clock)
+    assert delivery_of(later["id"]).state == "held"
+    assert receiver.count() == 1
+
+
+def test_429_honours_retry_after_within_the_schedule(app, producer, receiver, clock):
+    producer.subscribe(receiver.url + "/ratelimit/600")
+    accepted = producer.publish()
+    deliver_due(app, clock)
+    d = delivery_of(accepted["id"])
+    assert d.state == "scheduled" and d.last_status_code == 429
+    assert (d.next_attempt_at - clock.now()).total_seconds() == pytest.approx(600, abs=1)
+
+
+def test_it_dead_letters_after_the_last_attempt(app, producer, receiver, clock):
+    producer.subscribe(receiver.url + "/status/500")
+    accepted = producer.publish()
+    start = clock.now()
+    deliver_due(app, clock)
+    for _ in range(7):
+        d = delivery_of(accepted["id"])
+        assert d.state == "scheduled"
+        clock.set(d.next_attempt_at)
+        deliver_due(app, clock)
+    d = delivery_of(accepted["id"])
+    assert d.state == "dead" and d.attempt_count == 8
+    assert receiver.count() == 8
+    span = clock.now() - start
+    # 30 s + 2 m + 8 m + 32 m + 128 m + 512 m + 24 h, each between half and all of its nominal delay
+    assert dt.timedelta(hours=18) <= span <= dt.timedelta(hours=37)
+    assert [a.number for a in attempts_of(d.id)] == list(range(1, 9))
+
+
+def test_quick_then_sweep_policy(app, producer, receiver, clock):
+    producer.subscribe(receiver.url + "/status/503", retry_policy="quick-then-sweep", max_age_seconds=300)
+    accepted = producer.publish()
+    deliver_due(app, clock)
+    delays = []
+    while True:
+        d = delivery_of(accepted["id"])
+        if d.state != "scheduled":
+            break
+        delays.append((d.next_attempt_at - clock.now()).total_seconds())
+        clock.set(d.next_attempt_at)
+        deliver_due(app, clock)
+    assert delays[:2] == [0.5, 0.5]
+    assert set(delays[2:]) == {60.0}
+    assert d.state == "dead" and d.attempt_count == 2 + 1 + 4  # three quick, then one a minute for 5 minutes
+
+
+def test_pause_holds_then_resume_delivers(app, producer, receiver, clock):
+    sub = producer.subscribe(receiver.url + "/ok")
+    assert producer.post(f"/api/v1/subscriptions/{sub['id']}/pause").status_code == 200
+    ids = [producer.publish()["id"] for _ in range(3)]
+    deliver_due(app, clock)
+    assert receiver.count() == 0
+    assert {delivery_of(i).state for i in ids} == {"held"}
+
+    resp = producer.post(f"/api/v1/subscriptions/{sub['id']}/resume")
+    assert resp.status_code == 200 and resp.get_json()["released"] == 3
+    deliver_due(app, clock)
+    assert {delivery_of(i).state for i in ids} == {"succeeded"}
+    assert sorted(json.loads(r.body)["id"] for r in receiver.requests) == sorted(ids)
+
+
+def test_replay_sends_a_dead_letter_again(app, producer, receiver, clock):
+    sub = producer.subscribe(receiver.url + "/status/400")
+    accepted = producer.publish()
+    for _ in range(3):
+        deliver_due(app, clock)
+        clock.advance(hours=1)
+    assert delivery_of(accepted["id"]).state == "dead"
+    resp = producer.post(f"/api/v1/subscriptions/{sub['id']}/replay")
+    assert resp.status_code == 202 and resp.get_json() == {"replayed": 1}
+    deliver_due(app, clock)
+    d = delivery_of(accepted["id"])
+    assert d.attempt_count == 4 and d.state == "scheduled"  # a fresh schedule: 4xx gets three more tries
+    assert json.loads(receiver.requests[-1].body)["id"] == accepted["id"]
+
+
+def test_a_delivery_is_never_claimed_twice(app, producer, receiver, clock):
+    from dashboard.delivery.engine import DeliveryEngine
+    from dashboard.queue import WorkQueue
+
+    producer.subscribe(receiver.url + "/ok")
+    accepted = producer.publish()
+    d = delivery_of(accepted["id"])
+    work = WorkQueue.for_app(app)
+    first, _ = DeliveryEngine(app, work, clock).claim([d.id])
+    second, _ = DeliveryEngine(app, work, clock).claim([d.id])
+    assert len(first) == 1 and second == []
