@@ -28,7 +28,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     if test_config:
         app.config.update(test_config)
     app.config["SQLALCHEMY_DATABASE_URI"] = config_module.normalize_database_url(app.config["SQLALCHEMY_DATABASE_URI"])
-    app.config.setdefault("MAX_CONTENT_LENGTH", app.config["PROMESA_MAX_BODY_BYTES"])
+    if app.config.get("MAX_CONTENT_LENGTH") is None:
+        app.config["MAX_CONTENT_LENGTH"] = app.config["PROMESA_MAX_BODY_BYTES"]
     if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
         Path(instance_path).mkdir(parents=True, exist_ok=True)
 

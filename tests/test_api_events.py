@@ -1,0 +1,156 @@
+"""POST /api/v1/events and friends: what a producer sees, including every way to get it wrong."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from dashboard.extensions import db
+from dashboard.models import Delivery, Event
+
+
+def counts():
+    return (db.session.scalar(select(func.count()).select_from(Event)),
+            db.session.scalar(select(func.count()).select_from(Delivery)))
+
+
+def test_it_accepts_an_event_with_one_delivery_per_matching_subscription(producer, receiver):
+    producer.subscribe(receiver.url + "/ok", event_types=["file.*"])
+    producer.subscribe(receiver.url + "/ok", event_types=["user.created"])
+    producer.subscribe(receiver.url + "/ok")  # all types
+    resp = producer.post("/api/v1/events", {"type": "file.updated", "data": {"resource_id": "f_1"}})
+    assert resp.status_code == 202
+    body = resp.get_json()
+    assert body["id"].startswith("evt_") and body["deliveries"] == 2 and body["duplicate"] is False
+    assert counts() == (1, 2)
+
+
+def test_the_event_page_shows_deliveries_and_attempts(producer, receiver, app, clock):
+    from .support.pipeline import deliver_due
+
+    producer.subscribe(receiver.url + "/ok")
+    event_id = producer.publish("file.updated", {"resource_id": "f_9"})["id"]
+    deliver_due(app, clock)
+    resp = producer.get(f"/api/v1/events/{event_id}")
+    assert resp.status_code == 200
+    body = resp.get_json()
+    assert body["id"] == event_id and body["data"] == {"resource_id": "f_9"}
+    [d] = body["deliveries"]
+    assert d["state"] == "succeeded" and d["attempts"][0]["status_code"] == 200
+
+
+def test_idempotency_key_returns_the_first_event(producer, receiver):
+    producer.subscribe(receiver.url + "/ok")
+    first = producer.post("/api/v1/events", {"type": "a.b"}, headers={"Idempotency-Key": "k-1"}).get_json()
+    again = producer.post("/api/v1/events", {"type": "a.b"}, headers={"Idempotency-Key": "k-1"})
+    assert again.status_code == 202
+    assert again.get_json() == {"id": first["id"], "deliveries": 1, "duplicate": True}
+    assert counts() == (1, 1)
+
+
+def test_a_repeated_event_id_returns_the_first_event(producer, receiver):
+    producer.subscribe(receiver.url + "/ok")
+    first = producer.post("/api/v1/events", {"type": "a.b", "id": "order-42"})
+    again = producer.post("/api/v1/events", {"type": "a.b", "id": "order-42"})
+    assert first.get_json()["id"] == again.get_json()["id"] == "order-42"
+    assert again.get_json()["duplicate"] is True
+    assert counts() == (1, 1)
+
+
+def test_another_teams_event_id_is_a_conflict(producer, client, receiver):
+    from .conftest import Producer
+
+    producer.post("/api/v1/events", {"type": "a.b", "id": "shared-id"})
+    other = Producer(client, team_name="other")
+    resp = other.post("/api/v1/events", {"type": "a.b", "id": "shared-id"})
+    assert resp.status_code == 409 and "already used" in resp.get_json()["error"]
+    assert counts() == (1, 0)
+
+
+def test_another_team_cannot_read_an_event(producer, client):
+    from .conftest import Producer
+
+    event_id = producer.publish()["id"]
+    other = Producer(client, team_name="other")
+    assert other.get(f"/api/v1/events/{event_id}").status_code == 404
+
+
+@pytest.mark.parametrize("headers, status, words", [
+    ({}, 401, "missing bearer token"),
+    ({"Authorization": "Bearer pk_not-a-token"}, 401, "invalid"),
+    ({"Authorization": "Basic abc"}, 401, "missing bearer token"),
+])
+def test_it_rejects_bad_tokens(client, headers, status, words):
+    resp = client.post("/api/v1/events", json={"type": "a.b"}, headers=headers)
+    assert resp.status_code == status and words in resp.get_json()["error"]
+    assert counts() == (0, 0)
+
+
+@pytest.mark.parametrize("payload, status, words", [
+    ({"data": {}}, 400, "missing required field(s): type"),
+    ({"type": 5}, 400, "type must be a string"),
+    ({"type": ""}, 400, "type must be a string"),
+    ({"type": "has space"}, 400, "type must be a string"),
+    ({"type": "a.b", "data": [1, 2]}, 400, "data must be a JSON object"),
+    ({"type": "a.b", "data": "text"}, 400, "data must be a JSON object"),
+    ({"type": "a.b", "colour": "red"}, 400, "unknown field(s): colour"),
+    ({"type": "a.b", "id": 12}, 400, "id must be a string"),
+    ({"type": "a.b", "id": "x" * 65}, 400, "id must be a string"),
+    ([1, 2, 3], 400, "must be a JSON object"),
+    ({"type": "a.b", "data": {"blob": "x" * 9000}}, 413, "the cap is 8192 bytes"),
+])
+def test_it_rejects_bad_events_and_stores_nothing(producer, receiver, payload, status, words):
+    producer.subscribe(receiver.url + "/ok")
+    resp = producer.post("/api/v1/events", payload)
+    assert resp.status_code == status
+    assert words in resp.get_json()["error"]
+    assert counts() == (0, 0)
+
+
+def test_it_rejects_a_body_that_is_not_json(producer):
+    resp = producer.client.post("/api/v1/events", data="{not json", headers=producer.headers(
+        **{"Content-Type": "application/json"}))
+    assert resp.status_code == 400 and "not valid JSON" in resp.get_json()["error"]
+    resp = producer.client.post("/api/v1/events", data="type=a.b", headers=producer.headers(
+        **{"Content-Type": "application/x-www-form-urlencoded"}))
+    assert resp.status_code == 415 and "application/json" in resp.get_json()["error"]
+    assert counts() == (0, 0)
+
+
+def test_it_rejects_a_body_over_the_size_cap(producer):
+    resp = producer.client.post("/api/v1/events", data='{"type":"a.b","data":{"x":"' + "y" * 70000 + '"}}',
+                                headers=producer.headers(**{"Content-Type": "application/json"}))
+    assert resp.status_code == 413 and "larger than the limit" in resp.get_json()["error"]
+    assert counts() == (0, 0)
+
+
+def test_it_rejects_an_oversized_idempotency_key(producer):
+    resp = producer.post("/api/v1/events", {"type": "a.b"}, headers={"Idempotency-Key": "k" * 256})
+    assert resp.status_code == 400 and "Idempotency-Key" in resp.get_json()["error"]
+    assert counts() == (0, 0)
+
+
+def test_unknown_routes_and_methods_answer_json(producer):
+    resp = producer.get("/api/v1/nothing-here")
+    assert resp.status_code == 404 and resp.get_json()["error"]
+    resp = producer.client.delete("/api/v1/events", headers=producer.headers())
+    assert resp.status_code == 405 and "DELETE" in resp.get_json()["error"]
+
+
+def test_accepted_work_survives_a_redis_outage(producer, receiver, app, clock):
+    """Redis down at ingest: the producer still gets 202 (the event is in the database); the sweeper enqueues it."""
+    from dashboard.sweeper import sweep_once
+
+    from .support.pipeline import deliver_due
+
+    producer.subscribe(receiver.url + "/ok")
+    real_url = app.config["REDIS_URL"]
+    app.extensions.pop("promesa_redis", None)
+    app.config["REDIS_URL"] = "redis://127.0.0.1:1/0"  # nothing listens there
+    resp = producer.post("/api/v1/events", {"type": "a.b"})
+    assert resp.status_code == 202
+    app.extensions.pop("promesa_redis", None)
+    app.config["REDIS_URL"] = real_url
+    assert sweep_once(app, clock) == 1
+    deliver_due(app, clock)
+    assert receiver.count() == 1
