@@ -41,7 +41,8 @@ def promesa_header(secrets: list[str] | str, timestamp: int, body: bytes) -> str
 def standard_key(secret: str) -> bytes:
     """The HMAC key of a Standard Webhooks secret: the decoded bytes after ``whsec_``."""
     encoded = secret[len(SECRET_PREFIX):] if secret.startswith(SECRET_PREFIX) else secret
-    return base64.b64decode(encoded)
+    # Strict alphabet (a typo must not silently become another key); padding optional, as in the reference libraries.
+    return base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
 
 
 def standard_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
