@@ -14,41 +14,21 @@ from flask import current_app
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from . import catalog
 from .clock import iso
 from .extensions import db
 from .ids import new_id
 from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
 from .queue import WorkQueue
+from .validation import TYPE_RE, ApiError, check_fields
 
 log = logging.getLogger(__name__)
 
-EVENT_FIELDS = {"type", "data", "id"}
-TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+EVENT_FIELDS = {"type", "data", "id", "version"}
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}$")
 
 
-class ApiError(Exception):
-    """A client error with the HTTP status that says what kind it is."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def check_fields(payload, allowed: set[str], required: set[str] = frozenset()) -> dict:
-    if not isinstance(payload, dict):
-        raise ApiError(400, "the body must be a JSON object")
-    unknown = sorted(set(payload) - allowed)
-    if unknown:
-        raise ApiError(400, f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    missing = sorted(required - set(payload))
-    if missing:
-        raise ApiError(400, f"missing required field(s): {', '.join(missing)}")
-    return payload
-
-
-def validate_event(payload) -> tuple[str, dict, str | None]:
+def validate_event(payload) -> tuple[str, dict, str | None, int | None]:
     check_fields(payload, EVENT_FIELDS, {"type"})
     event_type = payload["type"]
     if not isinstance(event_type, str) or not TYPE_RE.match(event_type):
@@ -63,11 +43,16 @@ def validate_event(payload) -> tuple[str, dict, str | None]:
     event_id = payload.get("id")
     if event_id is not None and (not isinstance(event_id, str) or not ID_RE.match(event_id)):
         raise ApiError(400, "id must be a string of at most 64 letters, digits, '_', '-', '.' or ':'")
-    return event_type, data, event_id
+    version = payload.get("version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+        raise ApiError(400, "version must be a whole number of at least 1")
+    return event_type, data, event_id, version
 
 
-def matches(patterns: list[str], event_type: str) -> bool:
-    return any(fnmatch.fnmatchcase(event_type, p) for p in patterns)
+def wants(sub: Subscription, event_type: str, version: int) -> bool:
+    """Does the subscription take this type at this version?"""
+    pinned = (sub.event_versions or {}).get(event_type)
+    return (pinned is None or pinned == version) and any(fnmatch.fnmatchcase(event_type, p) for p in sub.event_types)
 
 
 def thin_body(event_id: str, event_type: str, version: int, occurred_at, data: dict) -> str:
@@ -91,22 +76,25 @@ def _existing(team: Team, event_id: str | None, idempotency_key: str | None) -> 
 
 def ingest(team: Team, payload, idempotency_key: str | None = None) -> tuple[Event, int, bool]:
     """Store an event and its deliveries; returns (event, deliveries, created)."""
-    event_type, data, event_id = validate_event(payload)
+    event_type, data, event_id, version = validate_event(payload)
     if idempotency_key is not None and not (0 < len(idempotency_key) <= 255):
         raise ApiError(400, "Idempotency-Key must be 1 to 255 characters")
     existing = _existing(team, event_id, idempotency_key)
     if existing is not None:
         return existing, len(existing.deliveries), False
+    version, declared = catalog.resolve(team, event_type, version)
+    if declared is not None:
+        catalog.validate_data(declared, data)
 
     now = current_app.config["CLOCK"].now()
     event_id = event_id or new_id("evt")
-    event = Event(id=event_id, team_id=team.id, type=event_type, version=1, data=data,
-                  body=thin_body(event_id, event_type, 1, now, data), idempotency_key=idempotency_key,
+    event = Event(id=event_id, team_id=team.id, type=event_type, version=version, data=data,
+                  body=thin_body(event_id, event_type, version, now, data), idempotency_key=idempotency_key,
                   occurred_at=now, created_at=now)
     subscriptions = db.session.scalars(select(Subscription).where(Subscription.team_id == team.id)).all()
     ready = []
     for sub in subscriptions:
-        if not matches(sub.event_types, event_type):
+        if not wants(sub, event_type, version):
             continue
         active = sub.state == SubscriptionState.ACTIVE
         delivery = Delivery(id=new_id("dlv"), event=event, subscription_id=sub.id,

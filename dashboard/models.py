@@ -13,6 +13,7 @@ from flask_login import UserMixin
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -58,6 +59,8 @@ class Team(db.Model):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
+    # Strict: only event types declared in the catalog are accepted.
+    strict_event_types: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
     subscriptions: Mapped[list[Subscription]] = relationship(back_populates="team")
@@ -117,6 +120,8 @@ class Subscription(db.Model):
     url: Mapped[str] = mapped_column(String(2048))
     description: Mapped[str] = mapped_column(String(500), default="")
     event_types: Mapped[list] = mapped_column(JSON, default=lambda: ["*"])
+    # {"file.updated": 2}: receive only that version of that type; types not named arrive in every version.
+    event_versions: Mapped[dict] = mapped_column(JSON, default=dict)
     retry_policy: Mapped[str] = mapped_column(String(32), default="exponential")
     signature_scheme: Mapped[str] = mapped_column(String(32), default="promesa")
     state: Mapped[str] = mapped_column(String(16), default=SubscriptionState.ACTIVE)
@@ -130,6 +135,23 @@ class Subscription(db.Model):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
 
     team: Mapped[Team] = relationship(back_populates="subscriptions")
+
+
+class EventType(db.Model):
+    """A declared event type version: what `data` must look like. Versions are immutable:
+    an incompatible change is a new version."""
+
+    __tablename__ = "event_types"
+    __table_args__ = (UniqueConstraint("team_id", "name", "version", name="uq_event_types_team_name_version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer)
+    description: Mapped[str] = mapped_column(String(1000), default="")
+    # JSON Schema of the event's `data`.
+    schema: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class Event(db.Model):

@@ -12,12 +12,13 @@ from .clock import iso
 from .delivery.policies import POLICY_NAMES
 from .delivery.targets import url_problem
 from .extensions import db
-from .ingest import ApiError, check_fields, enqueue
+from .ingest import enqueue
+from .validation import ApiError, check_fields
 from .models import Delivery, DeliveryState, Subscription, SubscriptionState, Team
 
 SCHEMES = ("promesa", "standard-webhooks")
-FIELDS = {"url", "event_types", "retry_policy", "description", "signature_scheme", "connect_timeout",
-          "attempt_timeout", "max_age_seconds"}
+FIELDS = {"url", "event_types", "event_versions", "retry_policy", "description", "signature_scheme",
+          "connect_timeout", "attempt_timeout", "max_age_seconds"}
 
 
 def _number(payload, name, low, high, default):
@@ -38,6 +39,11 @@ def create(team: Team, payload) -> tuple[Subscription, str]:
     if not isinstance(event_types, list) or not event_types or not all(
             isinstance(p, str) and 0 < len(p) <= 200 for p in event_types):
         raise ApiError(400, "event_types must be a non-empty list of type names or patterns like 'file.*'")
+    event_versions = payload.get("event_versions", {})
+    if not isinstance(event_versions, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
+            for k, v in event_versions.items()):
+        raise ApiError(400, 'event_versions must map event types to whole versions, like {"file.updated": 2}')
     retry_policy = payload.get("retry_policy", "exponential")
     if retry_policy not in POLICY_NAMES:
         raise ApiError(400, f"retry_policy must be one of: {', '.join(POLICY_NAMES)}")
@@ -51,7 +57,8 @@ def create(team: Team, payload) -> tuple[Subscription, str]:
     attempt_timeout = _number(payload, "attempt_timeout", 0.1, 10, 10)
     max_age = _number(payload, "max_age_seconds", 60, 7 * 86400, 86400)
     secret = signing.new_secret()
-    sub = Subscription(team_id=team.id, url=payload["url"], event_types=event_types, retry_policy=retry_policy,
+    sub = Subscription(team_id=team.id, url=payload["url"], event_types=event_types, event_versions=event_versions,
+                       retry_policy=retry_policy,
                        signature_scheme=scheme, description=description, connect_timeout=connect_timeout,
                        attempt_timeout=attempt_timeout, max_age_seconds=int(max_age),
                        secret_ciphertext=crypto.encrypt(secret), state=SubscriptionState.ACTIVE)
@@ -105,6 +112,7 @@ def for_team(team: Team, subscription_id: str) -> Subscription | None:
 
 def describe(sub: Subscription) -> dict:
     return {"id": sub.id, "url": sub.url, "description": sub.description, "event_types": sub.event_types,
+            "event_versions": sub.event_versions or {},
             "retry_policy": sub.retry_policy, "signature_scheme": sub.signature_scheme, "state": sub.state,
             "state_reason": sub.state_reason, "connect_timeout": sub.connect_timeout,
             "attempt_timeout": sub.attempt_timeout, "max_age_seconds": sub.max_age_seconds,

@@ -64,7 +64,8 @@ _EMBEDDED: list = []
 @pytest.fixture(scope="session")
 def postgres_url():
     """A fresh database per test process, migrated once; tables are emptied between tests."""
-    name = f"promesa_test_{_worker_id()}"
+    # Unique per run: two suites on one server (two checkouts, CI beside a developer) never collide.
+    name = f"promesa_test_{_worker_id()}_{uuid.uuid4().hex[:8]}"
     try:
         admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 2})
         with admin.connect() as conn:

@@ -3,7 +3,7 @@
 from flask import jsonify
 from werkzeug.exceptions import HTTPException
 
-from ..ingest import ApiError
+from ..validation import ApiError
 from . import bp
 
 

@@ -27,6 +27,9 @@ def document() -> dict:
             "url": {"type": "string", "format": "uri", "maxLength": 2048},
             "event_types": {"type": "array", "items": {"type": "string"}, "default": ["*"],
                             "description": "type names or fnmatch patterns such as 'file.*'"},
+            "event_versions": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1},
+                               "description": "pin a type to one version, e.g. {\"file.updated\": 2}; "
+                                              "types not named arrive in every version"},
             "retry_policy": {"type": "string", "enum": list(POLICY_NAMES), "default": "exponential"},
             "signature_scheme": {"type": "string", "enum": ["promesa", "standard-webhooks"], "default": "promesa"},
             "description": {"type": "string", "maxLength": 500},
@@ -115,6 +118,22 @@ def document() -> dict:
                     "type": "object", "properties": {
                         "data": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}},
                         "next_before": {"type": ["string", "null"]}}}}}}, **_errors(400, 401, 404)}}},
+            "/event-types": {
+                "post": {"summary": "Declare an event type version with a JSON Schema for its data",
+                         "requestBody": {"required": True, **_json("EventTypeInput")},
+                         "responses": {"201": {"description": "declared", **_json("EventType")},
+                                       **_errors(400, 401, 409, 415, 422)}},
+                "get": {"summary": "The team's event-type catalog",
+                        "responses": {"200": {"description": "list", "content": {"application/json": {"schema": {
+                            "type": "object", "properties": {"data": {"type": "array", "items": {
+                                "$ref": "#/components/schemas/EventType"}}}}}}}, **_errors(401)}}},
+            "/team": {
+                "get": {"summary": "The team's settings",
+                        "responses": {"200": {"description": "settings", **_json("Team")}, **_errors(401)}},
+                "patch": {"summary": "Change the team's settings (strict mode: only declared event types)",
+                          "requestBody": {"required": True, **_json("Team")},
+                          "responses": {"200": {"description": "settings", **_json("Team")},
+                                        **_errors(400, 401, 415)}}},
             "/openapi.json": {"get": {"summary": "This document", "security": [],
                                       "responses": {"200": {"description": "OpenAPI 3.1"}}}},
         },
@@ -123,8 +142,22 @@ def document() -> dict:
                                            "description": "a team token from `promesa tokens create`"}},
             "schemas": {
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+                "EventTypeInput": {"type": "object", "additionalProperties": False, "required": ["name", "schema"],
+                                   "properties": {"name": {"type": "string"},
+                                                  "version": {"type": "integer", "minimum": 1, "default": 1},
+                                                  "description": {"type": "string", "maxLength": 1000},
+                                                  "schema": {"type": "object",
+                                                             "description": "JSON Schema of the event's data"}}},
+                "EventType": {"type": "object", "properties": {
+                    "name": {"type": "string"}, "version": {"type": "integer"}, "description": {"type": "string"},
+                    "schema": {"type": "object"}, "created_at": {"type": "string"}}},
+                "Team": {"type": "object", "additionalProperties": False,
+                         "properties": {"name": {"type": "string", "readOnly": True},
+                                        "strict_event_types": {"type": "boolean"}}},
                 "EventInput": {"type": "object", "additionalProperties": False, "required": ["type"],
                                "properties": {"type": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"},
+                                              "version": {"type": "integer", "minimum": 1,
+                                                          "description": "default: the latest declared version, else 1"},
                                               "data": {"type": "object", "description": "ids, versions and times only; at most 8 KB"},
                                               "id": {"type": "string", "maxLength": 64,
                                                      "description": "your stable id; repeating it returns the first event"}}},

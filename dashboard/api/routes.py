@@ -5,12 +5,13 @@ import functools
 from flask import g, jsonify, request
 from sqlalchemy import select
 
+from .. import catalog
 from .. import ingest as ingest_service
 from .. import subscriptions as subscription_service
 from ..clock import iso
 from ..extensions import db
-from ..ingest import ApiError
 from ..models import ApiToken, Attempt, Delivery, DeliveryState, Event
+from ..validation import ApiError, check_fields
 from . import bp
 from .openapi import document
 
@@ -130,11 +131,45 @@ def replay_subscription(subscription_id):
     """Replays the subscription's dead letters (or the given delivery ids among them)."""
     sub = subscription_or_404(subscription_id)
     payload = json_body() if request.content_length else {}
-    ingest_service.check_fields(payload, {"delivery_ids"})
+    check_fields(payload, {"delivery_ids"})
     ids = payload.get("delivery_ids")
     if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
         raise ApiError(400, "delivery_ids must be a list of delivery ids")
     return jsonify(replayed=subscription_service.replay(sub, delivery_ids=ids)), 202
+
+
+@bp.post("/event-types")
+@token_required
+def declare_event_type():
+    return jsonify(catalog.describe(catalog.declare(g.team, json_body()))), 201
+
+
+@bp.get("/event-types")
+@token_required
+def list_event_types():
+    return jsonify(data=[catalog.describe(t) for t in catalog.for_team(g.team)])
+
+
+def team_json(team) -> dict:
+    return {"name": team.name, "strict_event_types": team.strict_event_types}
+
+
+@bp.get("/team")
+@token_required
+def get_team():
+    return jsonify(team_json(g.team))
+
+
+@bp.patch("/team")
+@token_required
+def update_team():
+    payload = check_fields(json_body(), {"strict_event_types"})
+    strict = payload.get("strict_event_types", g.team.strict_event_types)
+    if not isinstance(strict, bool):
+        raise ApiError(400, "strict_event_types must be true or false")
+    g.team.strict_event_types = strict
+    db.session.commit()
+    return jsonify(team_json(g.team))
 
 
 @bp.get("/subscriptions/<subscription_id>/deliveries")
