@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+NODE_STAMP := node_modules/.installed-stamp
 # Two pytest processes: this suite waits on sockets and subprocesses far more than on CPU.
 PYTEST_WORKERS ?= 2
 
@@ -14,7 +15,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# Node is only for the tests that run the published TypeScript verification snippet.
+$(NODE_STAMP): package.json package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --no-audit --no-fund --loglevel=error && touch $(NODE_STAMP); \
+	else \
+		echo "npm not found: the TypeScript snippet tests will be skipped"; \
+	fi
+
+install: $(STAMP) $(NODE_STAMP)
 
 run: install
 	$(BIN)/promesa up
@@ -23,4 +32,4 @@ test: install
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) instance *.egg-info
+	rm -rf $(VENV) node_modules instance *.egg-info

@@ -6,6 +6,7 @@ from flask import Blueprint, abort, flash, redirect, render_template, request, u
 from flask_login import current_user, login_required
 from sqlalchemy import func, select
 
+from . import contract as contract_service
 from . import subscriptions as subscription_service
 from .auth import GLOBAL_ROLES, can_operate, can_view
 from .extensions import db
@@ -63,6 +64,13 @@ def subscription(subscription_id):
     return render_template("views/subscription.html", sub=sub, deliveries=rows[:PAGE], state=state,
                            next_before=rows[PAGE - 1].id if len(rows) > PAGE else None,
                            can_operate=can_operate(current_user, sub))
+
+
+@bp.get("/subscriptions/<subscription_id>/contract")
+@login_required
+def contract(subscription_id):
+    sub = _subscription_or_404(subscription_id)
+    return render_template("views/contract.html", c=contract_service.build(sub), sub=sub)
 
 
 @bp.get("/deliveries/<delivery_id>")

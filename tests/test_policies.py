@@ -47,6 +47,7 @@ def test_exponential_dead_letters_after_the_eighth_attempt():
     (Outcome(status_code=404), 3, "dead"),
     (Outcome(status_code=410), 1, "held"),
     (Outcome(status_code=429), 3, "scheduled"),  # rate limiting is not a client error
+    (Outcome(status_code=408), 3, "scheduled"),  # nor is a request timeout
     (Outcome(status_code=500), 3, "scheduled"),
     (Outcome(error="connection error: refused"), 3, "scheduled"),
 ])

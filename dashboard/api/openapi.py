@@ -89,6 +89,12 @@ def document() -> dict:
                 "summary": "One subscription", "parameters": [sub_id],
                 "responses": {"200": {"description": "the subscription", **_json("Subscription")},
                               **_errors(401, 404)}}},
+            "/subscriptions/{subscription_id}/contract": {"get": {
+                "summary": "The subscription's published contract, generated from its live configuration",
+                "parameters": [sub_id],
+                "responses": {"200": {"description": "guarantees, schedule, signature and verification code",
+                                      "content": {"application/json": {"schema": {"type": "object"}}}},
+                              **_errors(401, 404)}}},
             "/subscriptions/{subscription_id}/pause": {"post": {
                 "summary": "Pause: deliveries are held, nothing is dropped", "parameters": [sub_id],
                 "responses": {"200": {"description": "paused", **_json("Subscription")}, **_errors(401, 404)}}},

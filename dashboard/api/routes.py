@@ -6,6 +6,7 @@ from flask import g, jsonify, request
 from sqlalchemy import select
 
 from .. import catalog
+from .. import contract as contract_service
 from .. import ingest as ingest_service
 from .. import subscriptions as subscription_service
 from ..clock import iso
@@ -107,6 +108,12 @@ def list_subscriptions():
 @token_required
 def get_subscription(subscription_id):
     return jsonify(subscription_service.describe(subscription_or_404(subscription_id)))
+
+
+@bp.get("/subscriptions/<subscription_id>/contract")
+@token_required
+def subscription_contract(subscription_id):
+    return jsonify(contract_service.as_json(contract_service.build(subscription_or_404(subscription_id))))
 
 
 @bp.post("/subscriptions/<subscription_id>/pause")

@@ -108,7 +108,8 @@ def decide(policy, outcome: Outcome, attempts_made: int, event_created_at: dt.da
     if code == 410:
         # Gone: stop sending, but keep the delivery (and later ones) held for a resume.
         return Decision(DeliveryState.HELD, disable_subscription="endpoint answered 410 Gone")
-    if code is not None and 400 <= code < 500 and code != 429 and attempts_made >= CLIENT_ERROR_MAX_ATTEMPTS:
+    # 408 and 429 say "not now", not "never": they keep the full schedule.
+    if code is not None and 400 <= code < 500 and code not in (408, 429) and attempts_made >= CLIENT_ERROR_MAX_ATTEMPTS:
         return Decision(DeliveryState.DEAD)
     when = policy.next_attempt(attempts_made, event_created_at, now, rng)
     if when is None:
