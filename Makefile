@@ -7,7 +7,7 @@ NODE_STAMP := node_modules/.installed-stamp
 # Two pytest processes: this suite waits on sockets and subprocesses far more than on CPU.
 PYTEST_WORKERS ?= 2
 
-.PHONY: install run test clean
+.PHONY: install browser run test clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ $(NODE_STAMP): package.json package-lock.json
 	fi
 
 install: $(STAMP) $(NODE_STAMP)
+
+# The browser tests drive Debian's Chromium (a test tool's own browser download cannot work everywhere).
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	else \
+		echo "chromium not found: install it (Debian: apt-get install chromium) or the browser tests skip"; \
+	fi
 
 run: install
 	$(BIN)/promesa up

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from flask import current_app
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 
 from . import crypto, signing
 from .clock import iso
@@ -67,11 +67,18 @@ def create(team: Team, payload) -> tuple[Subscription, str]:
     return sub, secret
 
 
-def pause(sub: Subscription, reason: str = "paused by an operator") -> None:
-    """Deliveries keep accumulating (held); nothing is dropped."""
+def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
+    """Deliveries keep accumulating (held); nothing is dropped. Returns how many waiting ones were held."""
+    now = current_app.config["CLOCK"].now()
     sub.state = SubscriptionState.PAUSED
     sub.state_reason = reason
+    # Waiting deliveries show as held at once; one already in flight finishes, and is held if it fails.
+    held = db.session.execute(
+        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
+                               or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
+        .values(state=DeliveryState.HELD, updated_at=now)).rowcount
     db.session.commit()
+    return held
 
 
 def resume(sub: Subscription) -> int:

@@ -1,0 +1,87 @@
+"""The dashboard in a real browser (Debian's headless Chromium driven by Playwright):
+an operator signs in, finds the broken subscription, replays its dead letters and pauses it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+
+import pytest
+from werkzeug.serving import make_server
+
+from .support import pipeline
+
+pytestmark = [pytest.mark.slow, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def browser_page():
+    if not CHROMIUM:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("CI=true but chromium is not installed (.ci/run installs Debian's chromium)")
+        pytest.skip("Debian's chromium is not installed; browser tests need it")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page()
+        page.set_default_timeout(15_000)
+        yield page
+        browser.close()
+
+
+@pytest.fixture
+def live_url(app):
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def deliver_due(app, clock):
+    # Playwright's sync API owns this thread's event loop; the engine runs its own in another thread.
+    def run():
+        with app.app_context():
+            pipeline.deliver_due(app, clock)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(timeout=60)
+
+
+def test_an_operator_replays_and_pauses_from_the_browser(app, producer, receiver, clock, users, live_url,
+                                                          browser_page, tmp_path):
+    sub = producer.subscribe(receiver.url + "/status/400", description="billing <hook>")
+    for _ in range(2):
+        producer.publish()
+    for _ in range(3):
+        deliver_due(app, clock)
+        clock.advance(hours=1)
+    page = browser_page
+
+    page.goto(live_url + "/")
+    page.fill("input[name=email]", "operator@example.com")
+    page.fill("input[name=password]", "pw-operator")
+    page.click("button[type=submit]")
+    row = page.locator("tr", has_text=receiver.url)
+    assert row.locator("a.bad").inner_text() == "2"  # two dead letters, shown in red
+    assert page.locator("text=billing <hook>").count() == 1  # escaped text, rendered literally
+
+    row.locator("a", has_text=receiver.url).click()
+    page.click("text=Replay all dead letters")
+    assert "Replaying 2 dead deliveries" in page.locator(".flash").inner_text()
+    page.click("button:text('Pause')")
+    assert page.locator("p .state").first.inner_text() == "paused"
+
+    page.click("text=What this subscription is promised")
+    assert page.locator("#snippet-typescript").inner_text().startswith("import { createHmac")
+    assert page.evaluate("typeof htmx") == "object"  # the vendored htmx loads
+
+    deliver_due(app, clock)
+    page.screenshot(path=str(tmp_path / "subscription.png"), full_page=True)
+    assert receiver.count() == 6  # the replayed deliveries wait, held, while the subscription is paused
+    assert page.goto(live_url + f"/subscriptions/{sub['id']}?state=held").ok
+    assert page.locator("td .state", has_text="held").count() == 2
