@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -61,24 +62,31 @@ _EMBEDDED: list = []
 
 
 # -- PostgreSQL ------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def postgres_url():
-    """A fresh database per test process, migrated once; tables are emptied between tests."""
+@contextmanager
+def fresh_postgres_database(prefix: str):
+    """A new, empty PostgreSQL database for this test process; dropped afterwards."""
     # Unique per run: two suites on one server (two checkouts, CI beside a developer) never collide.
-    name = f"promesa_test_{_worker_id()}_{uuid.uuid4().hex[:8]}"
+    name = f"{prefix}_{_worker_id()}_{uuid.uuid4().hex[:8]}"
     try:
         admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 2})
         with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     except sa.exc.OperationalError as exc:
         _missing_service("PostgreSQL", str(exc).splitlines()[0])
-    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    _migrate(url)
-    yield url
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    try:
+        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """Promesa's database on PostgreSQL, migrated once; tables are emptied between tests."""
+    with fresh_postgres_database("promesa_test") as url:
+        _migrate(url)
+        yield url
 
 
 @pytest.fixture(scope="session")
