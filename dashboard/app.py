@@ -7,7 +7,6 @@ from pathlib import Path
 
 from flask import Flask
 from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from . import config as config_module
 from .clock import SystemClock
@@ -34,6 +33,9 @@ def create_app(test_config: dict | None = None) -> Flask:
         Path(instance_path).mkdir(parents=True, exist_ok=True)
 
     db.init_app(app)
+    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+        with app.app_context():
+            event.listen(db.engine, "connect", _sqlite_pragmas)
     migrate.init_app(app, db, directory=str(ROOT / "migrations"))
     login_manager.init_app(app)
     login_manager.login_view = "auth.login"
@@ -50,13 +52,11 @@ def create_app(test_config: dict | None = None) -> Flask:
     return app
 
 
-@event.listens_for(Engine, "connect")
 def _sqlite_pragmas(dbapi_connection, connection_record):
     """SQLite shared by web and workers: WAL lets readers and one writer overlap; wait, don't fail, on a lock."""
-    if type(dbapi_connection).__module__.startswith("sqlite3"):
-        cur = dbapi_connection.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.close()
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()

@@ -3,6 +3,7 @@ in one transaction, and only then hand the delivery ids to the work queue."""
 
 from __future__ import annotations
 
+import datetime as dt
 import fnmatch
 import json
 import logging
@@ -24,8 +25,21 @@ from .validation import TYPE_RE, ApiError, check_fields
 
 log = logging.getLogger(__name__)
 
-EVENT_FIELDS = {"type", "data", "id", "version"}
+EVENT_FIELDS = {"type", "data", "id", "version", "timestamp"}
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}$")
+
+
+def parse_occurred_at(value) -> dt.datetime | None:
+    """The producer's "when it happened": RFC 3339 with a zone, stored as naive UTC."""
+    if value is None:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ApiError(400, "timestamp must be an RFC 3339 time with a zone, like 2026-11-29T18:00:00.123Z")
+    return when.astimezone(dt.timezone.utc).replace(tzinfo=None)
 
 
 def validate_event(payload) -> tuple[str, dict, str | None, int | None]:
@@ -77,6 +91,7 @@ def _existing(team: Team, event_id: str | None, idempotency_key: str | None) -> 
 def ingest(team: Team, payload, idempotency_key: str | None = None) -> tuple[Event, int, bool]:
     """Store an event and its deliveries; returns (event, deliveries, created)."""
     event_type, data, event_id, version = validate_event(payload)
+    occurred_at = parse_occurred_at(payload.get("timestamp"))
     if idempotency_key is not None and not (0 < len(idempotency_key) <= 255):
         raise ApiError(400, "Idempotency-Key must be 1 to 255 characters")
     existing = _existing(team, event_id, idempotency_key)
@@ -89,8 +104,8 @@ def ingest(team: Team, payload, idempotency_key: str | None = None) -> tuple[Eve
     now = current_app.config["CLOCK"].now()
     event_id = event_id or new_id("evt")
     event = Event(id=event_id, team_id=team.id, type=event_type, version=version, data=data,
-                  body=thin_body(event_id, event_type, version, now, data), idempotency_key=idempotency_key,
-                  occurred_at=now, created_at=now)
+                  body=thin_body(event_id, event_type, version, occurred_at or now, data),
+                  idempotency_key=idempotency_key, occurred_at=occurred_at or now, created_at=now)
     subscriptions = db.session.scalars(select(Subscription).where(Subscription.team_id == team.id)).all()
     ready = []
     for sub in subscriptions:

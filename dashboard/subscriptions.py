@@ -95,8 +95,14 @@ def resume(sub: Subscription) -> int:
     return len(ids)
 
 
-def replay(sub: Subscription, states=(DeliveryState.DEAD,), delivery_ids: list[str] | None = None) -> int:
+# Named deliveries may be re-sent whether they died or succeeded (a receiver that lost its data);
+# "replay all" means the dead letters.
+RESENDABLE = (DeliveryState.DEAD, DeliveryState.SUCCEEDED)
+
+
+def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
     """Send again, with a fresh retry schedule; the event id and body stay the same."""
+    states = RESENDABLE if delivery_ids is not None else (DeliveryState.DEAD,)
     now = current_app.config["CLOCK"].now()
     target = DeliveryState.PENDING if sub.state == SubscriptionState.ACTIVE else DeliveryState.HELD
     query = update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(states))
@@ -104,7 +110,7 @@ def replay(sub: Subscription, states=(DeliveryState.DEAD,), delivery_ids: list[s
         query = query.where(Delivery.id.in_(delivery_ids))
     ids = db.session.scalars(
         query.values(state=target, next_attempt_at=now, updated_at=now, retry_base=Delivery.attempt_count,
-                     dead_lettered_at=None, lease_token=None, lease_expires_at=None)
+                     dead_lettered_at=None, succeeded_at=None, lease_token=None, lease_expires_at=None)
         .returning(Delivery.id)).all()
     db.session.commit()
     if target == DeliveryState.PENDING:

@@ -106,11 +106,11 @@ def resume(subscription_id):
 @bp.post("/subscriptions/<subscription_id>/replay")
 @login_required
 def replay(subscription_id):
-    # Replay dead letters (one, or all of the subscription's) with a fresh retry schedule.
+    # Replay all dead letters, or re-send one delivery (dead or succeeded), with a fresh retry schedule.
     sub = _subscription_or_404(subscription_id, operate=True)
     delivery_id = request.form.get("delivery_id")
     n = subscription_service.replay(sub, delivery_ids=[delivery_id] if delivery_id else None)
-    flash(f"Replaying {n} dead deliveries.", "ok")
+    flash("Re-sending this delivery." if delivery_id and n else f"Replaying {n} dead deliveries.", "ok")
     target = url_for(".delivery", delivery_id=delivery_id) if delivery_id else \
         url_for(".subscription", subscription_id=sub.id)
     return redirect(target)

@@ -215,3 +215,28 @@ def test_a_delivery_is_never_claimed_twice(app, producer, receiver, clock):
     first, _ = DeliveryEngine(app, work, clock).claim([d.id])
     second, _ = DeliveryEngine(app, work, clock).claim([d.id])
     assert len(first) == 1 and second == []
+
+
+def test_a_succeeded_delivery_can_be_resent_by_id(app, producer, receiver, clock):
+    sub = producer.subscribe(receiver.url + "/ok")
+    accepted = producer.publish()
+    deliver_due(app, clock)
+    d = delivery_of(accepted["id"])
+    assert producer.post(f"/api/v1/subscriptions/{sub['id']}/replay").get_json() == {"replayed": 0}  # not dead
+    resp = producer.post(f"/api/v1/subscriptions/{sub['id']}/replay", {"delivery_ids": [d.id]})
+    assert resp.get_json() == {"replayed": 1}
+    deliver_due(app, clock)
+    first, second = receiver.requests
+    assert first.body == second.body  # the same event, id and timestamp: a duplicate the receiver can spot
+    assert delivery_of(accepted["id"]).attempt_count == 2
+
+
+def test_the_producer_says_when_it_happened(app, producer, receiver, clock):
+    producer.subscribe(receiver.url + "/ok")
+    resp = producer.post("/api/v1/events", {"type": "a.b", "timestamp": "2026-11-29T19:00:00.250+01:00"})
+    assert resp.status_code == 202
+    deliver_due(app, clock)
+    assert json.loads(receiver.requests[0].body)["timestamp"] == "2026-11-29T18:00:00.250Z"
+    for bad in ("yesterday", "2026-11-29T18:00:00", 1764439200):
+        resp = producer.post("/api/v1/events", {"type": "a.b", "timestamp": bad})
+        assert resp.status_code == 400 and "RFC 3339" in resp.get_json()["error"]

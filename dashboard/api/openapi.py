@@ -103,7 +103,8 @@ def document() -> dict:
                 "responses": {"200": {"description": "active again", **_json("Subscription")},
                               **_errors(401, 404)}}},
             "/subscriptions/{subscription_id}/replay": {"post": {
-                "summary": "Replay dead letters (all, or the given ids) with a fresh retry schedule",
+                "summary": "Replay every dead letter, or re-send the given dead or succeeded deliveries, "
+                           "with a fresh retry schedule",
                 "parameters": [sub_id],
                 "requestBody": {"required": False, "content": {"application/json": {"schema": {
                     "type": "object", "additionalProperties": False,
@@ -164,6 +165,8 @@ def document() -> dict:
                                "properties": {"type": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"},
                                               "version": {"type": "integer", "minimum": 1,
                                                           "description": "default: the latest declared version, else 1"},
+                                              "timestamp": {"type": "string", "format": "date-time",
+                                                            "description": "when it happened (default: when accepted)"},
                                               "data": {"type": "object", "description": "ids, versions and times only; at most 8 KB"},
                                               "id": {"type": "string", "maxLength": 64,
                                                      "description": "your stable id; repeating it returns the first event"}}},

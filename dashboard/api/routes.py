@@ -135,7 +135,7 @@ def resume_subscription(subscription_id):
 @bp.post("/subscriptions/<subscription_id>/replay")
 @token_required
 def replay_subscription(subscription_id):
-    """Replays the subscription's dead letters (or the given delivery ids among them)."""
+    """Replays the subscription's dead letters, or re-sends the given dead or succeeded deliveries."""
     sub = subscription_or_404(subscription_id)
     payload = json_body() if request.content_length else {}
     check_fields(payload, {"delivery_ids"})
