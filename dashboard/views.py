@@ -44,7 +44,9 @@ def index():
             .group_by(Delivery.subscription_id, Delivery.state)).all()
         for sub_id, state, n in rows:
             counts[sub_id][state] = n
-    return render_template("views/index.html", subscriptions=subs, counts=counts)
+    # htmx polls this route for the table alone; a normal request gets the whole page.
+    template = "views/_subscriptions.html" if request.headers.get("HX-Request") else "views/index.html"
+    return render_template(template, subscriptions=subs, counts=counts)
 
 
 @bp.get("/subscriptions/<subscription_id>")

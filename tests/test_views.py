@@ -140,3 +140,11 @@ def test_receiver_text_is_escaped(app, client, auth, producer, users, clock):
     d = db.session.scalar(select(Delivery).where(Delivery.subscription_id == delivery_id))
     page = client.get(f"/deliveries/{d.id}").get_data(as_text=True)
     assert "<script>alert" not in page and "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in page
+
+
+def test_the_overview_serves_its_table_alone_to_htmx(client, auth, sub):
+    auth.login("operator")
+    full = client.get("/").get_data(as_text=True)
+    assert "<html" in full and 'hx-trigger="every 5s' in full
+    partial = client.get("/", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert "<html" not in partial and sub["id"] in partial
