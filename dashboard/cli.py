@@ -174,5 +174,10 @@ def up(host, port, worker_count):
     stop()
 
 
+from .bench import bench_command  # noqa: E402  (a command of its own module, registered here)
+
+cli.add_command(bench_command)
+
+
 if __name__ == "__main__":
     main()

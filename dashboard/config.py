@@ -86,6 +86,8 @@ DEFAULTS = {
     "PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION": 8,
     # Seconds one drain job runs before handing over to a fresh job.
     "PROMESA_DRAIN_BUDGET_SECONDS": 30.0,
+    # An idle drain job waits this long for new work before it ends (keeping its warm connections).
+    "PROMESA_DRAIN_LINGER_SECONDS": 2.0,
     "PROMESA_SWEEP_INTERVAL_SECONDS": 60.0,
     "PROMESA_RESPONSE_EXCERPT_BYTES": 1024,
     # How long a claimed delivery stays a worker's before the sweeper may hand it to another.

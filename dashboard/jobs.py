@@ -11,15 +11,27 @@ from .queue import WorkQueue
 
 log = logging.getLogger(__name__)
 
+_engines: dict[int, DeliveryEngine] = {}
+
+
+def _engine_for(app) -> DeliveryEngine:
+    """One engine per worker process: its event loop, pooled connections and pacing outlive each job."""
+    engine = _engines.get(id(app))
+    if engine is None:
+        engine = _engines[id(app)] = DeliveryEngine(app, WorkQueue.for_app(app), app.config["CLOCK"],
+                                                    keep_alive=True)
+    return engine
+
 
 def drain(slot_token: str) -> dict:
     """Deliver what is ready until the list is empty or the time budget is spent."""
     app = current_app._get_current_object()
-    work = WorkQueue.for_app(app)
+    engine = _engine_for(app)
+    work = engine.work
     work.heartbeat(slot_token)
     try:
-        stats = DeliveryEngine(app, work, app.config["CLOCK"]).drain(
-            slot_token, app.config["PROMESA_DRAIN_BUDGET_SECONDS"])
+        stats = engine.drain(slot_token, app.config["PROMESA_DRAIN_BUDGET_SECONDS"],
+                             app.config["PROMESA_DRAIN_LINGER_SECONDS"])
     finally:
         work.release(slot_token)  # and start a successor if work is still waiting
     log.info("drained: %s", stats)

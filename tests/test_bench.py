@@ -1,0 +1,38 @@
+"""`promesa bench` end to end, tiny: its own receiver, gunicorn, workers, SQLite and embedded Redis.
+
+A smoke test, not a timing test: every event must arrive and the JSON line must say so."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["PROMESA_INSTANCE_PATH"] = str(tmp_path)  # the CLI's own app must not touch ./instance
+    done = subprocess.run(
+        [sys.executable, "-m", "dashboard.cli", "bench", "--events", "20", "--workers", "2", "--replay", "20",
+         "--dashboard", "--dashboard-attempts", "200", "--timeout", "60", "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert result["database"] == "sqlite" and result["redis"] == "embedded"
+    assert result["complete"] is True
+    assert result["accepted"] == 20 and result["received"] == 20 and result["deliveries_recorded"] == 20
+    assert result["deliveries_per_s"] > 0
+    assert set(result["latency_ms"]) == {"p50", "p95", "p99", "max"}
+    assert result["raw"]["requests"] == 20 and result["raw"]["failed"] == 0 and result["raw"]["per_s"] > 0
+    assert result["ratio"] > 0
+    assert result["replay"]["replayed"] == 20 and result["replay"]["delivered"] == 20
+    assert set(result["dashboard"]["pages"]) >= {"index", "subscription"}
+    assert "deliveries/s" in done.stdout and "ratio pipeline/raw" in done.stdout
