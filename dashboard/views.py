@@ -14,6 +14,7 @@ from .models import Delivery, DeliveryState, Subscription
 
 bp = Blueprint("views", __name__)
 PAGE = 50
+OPEN_STATES = (DeliveryState.PENDING, DeliveryState.SCHEDULED, DeliveryState.HELD, DeliveryState.DEAD)
 
 
 def _visible_subscriptions():
@@ -38,9 +39,10 @@ def index():
     subs = _visible_subscriptions()
     counts: dict[str, dict[str, int]] = {s.id: {} for s in subs}
     if subs:
+        # Only the states that mean "not delivered yet": succeeded rows grow without bound, these stay small.
         rows = db.session.execute(
             select(Delivery.subscription_id, Delivery.state, func.count())
-            .where(Delivery.subscription_id.in_(list(counts)))
+            .where(Delivery.subscription_id.in_(list(counts)), Delivery.state.in_(OPEN_STATES))
             .group_by(Delivery.subscription_id, Delivery.state)).all()
         for sub_id, state, n in rows:
             counts[sub_id][state] = n
