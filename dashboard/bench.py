@@ -159,45 +159,56 @@ def raw_baseline(jobs: list[tuple[str, str, str]], processes: int, in_flight: in
 
 # -- the publisher ----------------------------------------------------------------------------
 async def _publish(url: str, token: str, count: int, concurrency: int, rate: float | None,
-                   first_index: int = 0) -> tuple[dict[str, float], int, float, float]:
-    """POST `count` events; returns ({event id: publish time}, errors, first publish, last answer)."""
+                   first_index: int = 0, batch: int = 1) -> tuple[dict[str, float], int, float, float]:
+    """POST `count` events, one per request or `batch` per request to /events/batch;
+    returns ({event id: publish time}, errors, first publish, last answer)."""
     import aiohttp
 
     sent: dict[str, float] = {}
     errors = 0
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    target = url + "/batch" if batch > 1 else url
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         gate = asyncio.Semaphore(concurrency)
 
-        async def one(i: int):
+        def event(i: int) -> dict:
+            return {"type": "bench.ping", "data": {"resource_id": f"r_{first_index + i}", "resource_version": 1}}
+
+        async def one(first: int):
             nonlocal errors
-            body = json.dumps({"type": "bench.ping", "data": {"resource_id": f"r_{first_index + i}",
-                                                              "resource_version": 1}})
+            size = min(batch, count - first)
+            if batch > 1:
+                body = json.dumps({"events": [event(first + k) for k in range(size)]})
+            else:
+                body = json.dumps(event(first))
             async with gate:
                 at = time.time()
                 try:
-                    async with session.post(url, data=body, headers=headers,
+                    async with session.post(target, data=body, headers=headers,
                                             timeout=aiohttp.ClientTimeout(total=30)) as resp:
                         answer = await resp.json(content_type=None)
-                        if resp.status == 202:
-                            sent[answer["id"]] = at
+                        if resp.status != 202:
+                            errors += size
+                        elif batch > 1:
+                            sent.update((a["id"], at) for a in answer["data"])
                         else:
-                            errors += 1
+                            sent[answer["id"]] = at
                 except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
-                    errors += 1
+                    errors += size
 
+        firsts = range(0, count, batch)
         started = time.time()
         if rate:
             tasks = []
-            for i in range(count):
-                delay = started + i / rate - time.time()
+            for n, first in enumerate(firsts):
+                delay = started + n * batch / rate - time.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                tasks.append(asyncio.ensure_future(one(i)))
+                tasks.append(asyncio.ensure_future(one(first)))
             await asyncio.gather(*tasks)
         else:
-            await asyncio.gather(*(one(i) for i in range(count)))
+            await asyncio.gather(*(one(first) for first in firsts))
         return sent, errors, started, time.time()
 
 
@@ -484,13 +495,13 @@ def _patched_environ(env: dict):
 
 # -- the runs ---------------------------------------------------------------------------------
 def run_pipeline(run: Run, events: int, publishers: int, rate: float | None, timeout: float,
-                 preload: bool) -> dict:
+                 preload: bool, batch: int = 1) -> dict:
     healthy = len(run.healthy_ids)
     expected = events * healthy
     if not preload:
         run.start_workers()
     sent, errors, first, last_answer = asyncio.run(
-        _publish(run.web_url + "/api/v1/events", run.token, events, publishers, rate))
+        _publish(run.web_url + "/api/v1/events", run.token, events, publishers, rate, batch=batch))
     if preload:
         run.start_workers()
     recorded, done = run.wait_recorded(len(sent) * healthy, timeout)
@@ -680,6 +691,8 @@ def _parse_receivers(spec: str | None) -> int:
               help="healthy endpoints; every event goes to each of them")
 @click.option("--rate", type=float, default=None, help="publish at this steady rate (events/s)")
 @click.option("--publishers", default=16, show_default=True, help="concurrent publishing connections")
+@click.option("--batch", default=1, show_default=True,
+              help="events per ingest request (above 1: POST /api/v1/events/batch)")
 @click.option("--web-workers", default=2, show_default=True, help="gunicorn processes serving the ingest API")
 @click.option("--preload", is_flag=True,
               help="publish everything before starting the workers, and time delivery alone "
@@ -696,12 +709,13 @@ def _parse_receivers(spec: str | None) -> int:
               help="give up waiting for deliveries after this many seconds")
 @click.option("--keep", is_flag=True, help="keep the temporary folder and the run's database rows")
 @click.option("--json", "as_json", is_flag=True, help="also print the result as one JSON object on the last line")
-def bench_command(events, workers, receivers, healthy, rate, publishers, web_workers, preload, replay, dashboard,
+def bench_command(events, workers, receivers, healthy, rate, publishers, batch, web_workers, preload, replay, dashboard,
                   dashboard_attempts, no_raw, slow_seconds, timeout, keep, as_json):
     """Deliveries/s, publish->receive latency and a raw HTTP baseline, measured in one run."""
     slow = _parse_receivers(receivers)
-    if events < 1 or workers < 1 or healthy < 1 or publishers < 1:
-        raise click.BadParameter("--events, --workers, --subscriptions and --publishers must be at least 1")
+    if events < 1 or workers < 1 or healthy < 1 or publishers < 1 or not 1 <= batch <= 500:
+        raise click.BadParameter("--events, --workers, --subscriptions and --publishers must be at least 1, "
+                                 "--batch from 1 to 500")
 
     def log(message):
         click.echo(message, err=True)
@@ -711,7 +725,7 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, web_wor
         run.make_team(healthy, slow)
         log(f"bench {run.run_id}: {events} events x {healthy} healthy + {slow} slow endpoints, "
             f"{workers} workers, {run.database} + {run.redis_kind}")
-        result = run_pipeline(run, events, publishers, rate, timeout, preload)
+        result = run_pipeline(run, events, publishers, rate, timeout, preload, batch)
         counts = run.receiver_counts()
         result["slow_requests"] = counts["slow"]
         raw = None if no_raw else run_raw(run)
@@ -720,7 +734,7 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, web_wor
         config = run.app.config
     out = {
         "started_at": started.isoformat(timespec="seconds"), "database": run.database, "redis": run.redis_kind,
-        "workers": workers, "web_workers": web_workers, "publishers": publishers, "rate": rate,
+        "workers": workers, "web_workers": web_workers, "publishers": publishers, "rate": rate, "batch": batch,
         "healthy_endpoints": healthy, "slow_endpoints": slow, "preload": preload, "cpus": os.cpu_count(),
         "max_in_flight": config["PROMESA_MAX_IN_FLIGHT"], "drainers": config["PROMESA_DRAINERS"],
         **result,

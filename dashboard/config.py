@@ -79,7 +79,7 @@ DEFAULTS = {
     # How many drain jobs may run at once across all workers.
     "PROMESA_DRAINERS": 4,
     # Largest accepted request body on the producer API, and largest `data` in an event.
-    "PROMESA_MAX_BODY_BYTES": 64 * 1024,
+    "PROMESA_MAX_BODY_BYTES": 1024 * 1024,
     "PROMESA_MAX_DATA_BYTES": 8 * 1024,
     # In-flight HTTP requests per worker, and per subscription within one worker.
     "PROMESA_MAX_IN_FLIGHT": 64,

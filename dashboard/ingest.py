@@ -8,11 +8,12 @@ import fnmatch
 import json
 import logging
 import re
+from dataclasses import dataclass
 
 import redis
 
 from flask import current_app
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from . import catalog
@@ -20,7 +21,7 @@ from .clock import iso
 from .extensions import db
 from .ids import new_id
 from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
-from .queue import WorkQueue
+from .queue import WorkQueue, work_item
 from .validation import TYPE_RE, ApiError, check_fields
 
 log = logging.getLogger(__name__)
@@ -88,55 +89,107 @@ def _existing(team: Team, event_id: str | None, idempotency_key: str | None) -> 
     return None
 
 
-def ingest(team: Team, payload, idempotency_key: str | None = None) -> tuple[Event, int, bool]:
-    """Store an event and its deliveries; returns (event, deliveries, created)."""
-    event_type, data, event_id, version = validate_event(payload)
-    occurred_at = parse_occurred_at(payload.get("timestamp"))
+@dataclass(frozen=True)
+class Accepted:
+    id: str
+    deliveries: int
+    duplicate: bool
+
+
+MAX_BATCH = 500
+
+
+def ingest(team: Team, payload, idempotency_key: str | None = None) -> Accepted:
+    """Store one event and its deliveries (or find the first one, for a repeated key or id)."""
     if idempotency_key is not None and not (0 < len(idempotency_key) <= 255):
         raise ApiError(400, "Idempotency-Key must be 1 to 255 characters")
-    existing = _existing(team, event_id, idempotency_key)
-    if existing is not None:
-        return existing, len(existing.deliveries), False
-    version, declared = catalog.resolve(team, event_type, version)
-    if declared is not None:
-        catalog.validate_data(declared, data)
+    return ingest_many(team, [payload], idempotency_key, numbered=False)[0]
+
+
+def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
+                numbered: bool = True) -> list[Accepted]:
+    """Validate every event first, then store them all and their deliveries in one transaction,
+    then enqueue. One bad event rejects the whole batch: nothing is stored half-way."""
+    checked = []
+    for index, payload in enumerate(payloads):
+        try:
+            event_type, data, event_id, version = validate_event(payload)
+            checked.append((event_type, data, event_id, version, parse_occurred_at(payload.get("timestamp"))))
+        except ApiError as exc:
+            raise ApiError(exc.status, f"events[{index}]: {exc.message}" if numbered else exc.message) from None
 
     now = current_app.config["CLOCK"].now()
-    event_id = event_id or new_id("evt")
-    event = Event(id=event_id, team_id=team.id, type=event_type, version=version, data=data,
-                  body=thin_body(event_id, event_type, version, occurred_at or now, data),
-                  idempotency_key=idempotency_key, occurred_at=occurred_at or now, created_at=now)
     subscriptions = db.session.scalars(select(Subscription).where(Subscription.team_id == team.id)).all()
-    ready = []
-    for sub in subscriptions:
-        if not wants(sub, event_type, version):
+    resolved: dict[tuple, tuple] = {}  # (type, asked version) -> (version, declaration): one lookup per batch
+    results: list[Accepted | None] = []
+    seen: dict[str, int] = {}  # an id repeated inside the batch is a duplicate of its first appearance
+    events, deliveries, ready = [], [], []
+    for index, (event_type, data, event_id, version, occurred_at) in enumerate(checked):
+        if event_id in seen:
+            results.append(None)
             continue
-        active = sub.state == SubscriptionState.ACTIVE
-        delivery = Delivery(id=new_id("dlv"), event=event, subscription_id=sub.id,
-                            state=DeliveryState.PENDING if active else DeliveryState.HELD,
-                            next_attempt_at=now, created_at=now, updated_at=now)
-        db.session.add(delivery)
-        if active:
-            ready.append(delivery.id)
-    db.session.add(event)
-    try:
-        db.session.commit()
-    except IntegrityError:
-        # Two requests with the same key or id raced: the first one won, answer with it.
-        db.session.rollback()
-        existing = _existing(team, event_id if payload.get("id") else None, idempotency_key)
-        if existing is None:
-            raise
-        return existing, len(existing.deliveries), False
+        existing = _existing(team, event_id, idempotency_key)
+        if existing is not None:
+            results.append(Accepted(existing.id, len(existing.deliveries), True))
+            continue
+        if (event_type, version) not in resolved:
+            resolved[(event_type, version)] = catalog.resolve(team, event_type, version)
+        version, declared = resolved[(event_type, version)]
+        if declared is not None:
+            try:
+                catalog.validate_data(declared, data)
+            except ApiError as exc:
+                raise ApiError(exc.status, f"events[{index}]: {exc.message}" if numbered else exc.message) from None
+        event_id = event_id or new_id("evt")
+        seen[event_id] = index
+        when = occurred_at or now
+        events.append({"id": event_id, "team_id": team.id, "type": event_type, "version": version, "data": data,
+                       "body": thin_body(event_id, event_type, version, when, data),
+                       "idempotency_key": idempotency_key, "occurred_at": when, "created_at": now})
+        count = 0
+        for sub in subscriptions:
+            if not wants(sub, event_type, version):
+                continue
+            active = sub.state == SubscriptionState.ACTIVE
+            delivery_id = new_id("dlv")
+            deliveries.append({"id": delivery_id, "event_id": event_id, "subscription_id": sub.id,
+                               "state": DeliveryState.PENDING if active else DeliveryState.HELD,
+                               "attempt_count": 0, "retry_base": 0, "next_attempt_at": now,
+                               "created_at": now, "updated_at": now})
+            count += 1
+            if active:
+                ready.append(work_item(sub.id, delivery_id))
+        results.append(Accepted(event_id, count, False))
+    if events:
+        try:
+            db.session.execute(insert(Event), events)
+            if deliveries:
+                db.session.execute(insert(Delivery), deliveries)
+            db.session.commit()
+        except IntegrityError:
+            db.session.rollback()
+            if numbered:
+                raise ApiError(409, "another request stored one of these event ids at the same moment; "
+                                    "send the batch again (ids already stored come back as duplicates)") from None
+            # Two requests with the same key or id raced: the first one won, answer with it.
+            event_type, data, event_id, version, occurred_at = checked[0]
+            existing = _existing(team, event_id, idempotency_key)
+            if existing is None:
+                raise
+            return [Accepted(existing.id, len(existing.deliveries), True)]
     enqueue(ready)
-    return event, len(event.deliveries), True
+    for i, result in enumerate(results):
+        if result is None:  # repeated inside the batch: the first one's answer, marked as a duplicate
+            first = results[seen[checked[i][2]]]
+            results[i] = Accepted(first.id, first.deliveries, True)
+    return results
 
 
-def enqueue(delivery_ids: list[str]) -> None:
-    """Hand committed deliveries to the workers. If Redis is down the sweeper enqueues them later."""
-    if not delivery_ids:
+def enqueue(items: list[str]) -> None:
+    """Hand committed deliveries (work items) to the workers. If Redis is down the sweeper enqueues them later."""
+    if not items:
         return
     try:
-        WorkQueue.for_app().push(delivery_ids)
+        WorkQueue.for_app().push(items)
     except (redis.RedisError, OSError):  # accepted work is in the database: never fail the producer for Redis
-        log.warning("could not enqueue %d deliveries; the sweeper will", len(delivery_ids), exc_info=True)
+        log.warning("could not enqueue %d deliveries; the sweeper will", len(items), exc_info=True)

@@ -118,7 +118,7 @@ def test_it_rejects_a_body_that_is_not_json(producer):
 
 
 def test_it_rejects_a_body_over_the_size_cap(producer):
-    resp = producer.client.post("/api/v1/events", data='{"type":"a.b","data":{"x":"' + "y" * 70000 + '"}}',
+    resp = producer.client.post("/api/v1/events", data='{"type":"a.b","data":{"x":"' + "y" * (1024 * 1024) + '"}}',
                                 headers=producer.headers(**{"Content-Type": "application/json"}))
     assert resp.status_code == 413 and "larger than the limit" in resp.get_json()["error"]
     assert counts() == (0, 0)
@@ -154,3 +154,42 @@ def test_accepted_work_survives_a_redis_outage(producer, receiver, app, clock):
     assert sweep_once(app, clock) == 1
     deliver_due(app, clock)
     assert receiver.count() == 1
+
+
+def test_a_batch_is_stored_in_one_go(producer, receiver, app, clock):
+    from .support.pipeline import deliver_due
+
+    producer.subscribe(receiver.url + "/ok")
+    resp = producer.post("/api/v1/events/batch", {"events": [
+        {"type": "a.b", "id": "one"}, {"type": "a.c", "data": {"n": 2}}, {"type": "a.b", "id": "one"}]})
+    assert resp.status_code == 202
+    first, second, repeated = resp.get_json()["data"]
+    assert first == {"id": "one", "deliveries": 1, "duplicate": False}
+    assert second["deliveries"] == 1 and not second["duplicate"]
+    assert repeated == {"id": "one", "deliveries": 1, "duplicate": True}
+    assert counts() == (2, 2)
+    again = producer.post("/api/v1/events/batch", {"events": [{"type": "a.b", "id": "one"}]}).get_json()
+    assert again["data"] == [{"id": "one", "deliveries": 1, "duplicate": True}]
+    deliver_due(app, clock)
+    assert receiver.count() == 2
+
+
+@pytest.mark.parametrize("payload, status, words", [
+    ({"events": [{"type": "a.b"}, {"type": "a b"}]}, 400, "events[1]: type must be a string"),
+    ({"events": [{"type": "a.b"}, {"type": "a.b", "data": {"x": "y" * 9000}}]}, 413, "events[1]: data is"),
+    ({"events": []}, 400, "events must be a list of 1 to 500"),
+    ({"events": [{"type": "a.b"}] * 501}, 400, "events must be a list of 1 to 500"),
+    ({"events": {"type": "a.b"}}, 400, "events must be a list"),
+    ({"event": []}, 400, "unknown field(s): event"),
+])
+def test_one_bad_event_rejects_the_whole_batch(producer, receiver, payload, status, words):
+    producer.subscribe(receiver.url + "/ok")
+    resp = producer.post("/api/v1/events/batch", payload)
+    assert resp.status_code == status and words in resp.get_json()["error"]
+    assert counts() == (0, 0)
+
+
+def test_a_batch_takes_no_idempotency_key(producer):
+    resp = producer.post("/api/v1/events/batch", {"events": [{"type": "a.b"}]}, headers={"Idempotency-Key": "k"})
+    assert resp.status_code == 400 and "its own id" in resp.get_json()["error"]
+    assert counts() == (0, 0)

@@ -72,6 +72,17 @@ def document() -> dict:
                 "requestBody": {"required": True, **_json("EventInput")},
                 "responses": {"202": {"description": "stored; deliveries enqueued", **_json("Accepted")},
                               **_errors(400, 401, 409, 413, 415, 422)}}},
+            "/events/batch": {"post": {
+                "summary": "Accept up to 500 events in one request and one transaction; one bad event "
+                           "rejects the batch (the error names its index) and nothing is stored",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "additionalProperties": False, "required": ["events"],
+                    "properties": {"events": {"type": "array", "minItems": 1, "maxItems": 500,
+                                              "items": {"$ref": "#/components/schemas/EventInput"}}}}}}},
+                "responses": {"202": {"description": "stored; deliveries enqueued", "content": {
+                    "application/json": {"schema": {"type": "object", "properties": {"data": {
+                        "type": "array", "items": {"$ref": "#/components/schemas/Accepted"}}}}}}},
+                    **_errors(400, 401, 409, 413, 415, 422)}}},
             "/events/{event_id}": {"get": {
                 "summary": "An event with its deliveries and their attempts",
                 "parameters": [_id_param("event_id")],

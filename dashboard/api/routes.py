@@ -11,7 +11,7 @@ from .. import ingest as ingest_service
 from .. import subscriptions as subscription_service
 from ..clock import iso
 from ..extensions import db
-from ..models import ApiToken, Attempt, Delivery, DeliveryState, Event
+from ..models import ApiToken, Attempt, Delivery, DeliveryState, Event, Team
 from ..validation import ApiError, check_fields
 from . import bp
 from .openapi import document
@@ -26,11 +26,12 @@ def token_required(view):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <team token>'")
-        found = db.session.scalar(select(ApiToken).where(ApiToken.token_sha256 == ApiToken.digest(token.strip()),
-                                                         ApiToken.revoked_at.is_(None)))
-        if found is None:
+        team = db.session.scalar(select(Team).join(ApiToken, ApiToken.team_id == Team.id)
+                                 .where(ApiToken.token_sha256 == ApiToken.digest(token.strip()),
+                                        ApiToken.revoked_at.is_(None)))
+        if team is None:
             raise ApiError(401, "invalid or revoked token")
-        g.team = found.team
+        g.team = team
         return view(*args, **kwargs)
 
     return wrapped
@@ -76,8 +77,23 @@ def openapi():
 @bp.post("/events")
 @token_required
 def create_event():
-    event, deliveries, created = ingest_service.ingest(g.team, json_body(), request.headers.get("Idempotency-Key"))
-    return jsonify(id=event.id, deliveries=deliveries, duplicate=not created), 202
+    accepted = ingest_service.ingest(g.team, json_body(), request.headers.get("Idempotency-Key"))
+    return jsonify(id=accepted.id, deliveries=accepted.deliveries, duplicate=accepted.duplicate), 202
+
+
+@bp.post("/events/batch")
+@token_required
+def create_events():
+    """Many events in one request and one transaction: for producers with a lot to say."""
+    payload = check_fields(json_body(), {"events"}, {"events"})
+    events = payload["events"]
+    if not isinstance(events, list) or not 1 <= len(events) <= ingest_service.MAX_BATCH:
+        raise ApiError(400, f"events must be a list of 1 to {ingest_service.MAX_BATCH} events")
+    if "Idempotency-Key" in request.headers:
+        raise ApiError(400, "Idempotency-Key applies to single events; give each event of a batch its own id")
+    accepted = ingest_service.ingest_many(g.team, events)
+    return jsonify(data=[{"id": a.id, "deliveries": a.deliveries, "duplicate": a.duplicate}
+                         for a in accepted]), 202
 
 
 @bp.get("/events/<event_id>")
