@@ -47,6 +47,18 @@ end
 return #ids
 """
 
+def work_item(subscription_id: str, delivery_id: str) -> str:
+    """What Redis holds for one delivery: its subscription too, so a worker can leave a saturated
+    endpoint's work in Redis without a database round trip."""
+    return f"{subscription_id}|{delivery_id}"
+
+
+def split_item(item: str) -> tuple[str | None, str]:
+    """(subscription id or None, delivery id) of a work item."""
+    subscription_id, _, delivery_id = item.rpartition("|")
+    return subscription_id or None, delivery_id
+
+
 _embedded = {}
 _embedded_lock = threading.Lock()
 
@@ -96,9 +108,9 @@ class WorkQueue:
                    cfg["PROMESA_DRAIN_BUDGET_SECONDS"])
 
     # -- producing work -------------------------------------------------------------
-    def push(self, delivery_ids) -> None:
-        """Make deliveries ready now, and start a drain job if none is there to take them."""
-        ids = [str(i) for i in delivery_ids]
+    def push(self, items) -> bool:
+        """Make work items ready now, and start a drain job if none is there to take them."""
+        ids = [str(i) for i in items]
         started = False
         for start in range(0, max(len(ids), 1), _CHUNK):
             token = str(uuid.uuid4())
@@ -116,7 +128,7 @@ class WorkQueue:
         return self.push([])
 
     def schedule(self, due: list[tuple[str, float]]) -> None:
-        """Park deliveries until their next attempt: (id, unix time due)."""
+        """Park work items until their next attempt: (work item, unix time due)."""
         if due:
             self.conn.zadd(self.scheduled_key, {str(i): when for i, when in due})
 
@@ -158,11 +170,12 @@ class WorkQueue:
 
     # -- what the sweeper compares against ---------------------------------------------
     def queued_ids(self) -> set[str]:
+        """The delivery ids that Redis holds, ready or scheduled."""
         pipe = self.conn.pipeline(transaction=False)
         pipe.lrange(self.ready_key, 0, -1)
         pipe.zrange(self.scheduled_key, 0, -1)
         ready, scheduled = pipe.execute()
-        return {i.decode() for i in ready} | {i.decode() for i in scheduled}
+        return {split_item(i.decode())[1] for i in ready} | {split_item(i.decode())[1] for i in scheduled}
 
     def depth(self) -> dict[str, int]:
         return {"ready": self.conn.llen(self.ready_key), "scheduled": self.conn.zcard(self.scheduled_key),

@@ -13,6 +13,7 @@ from .delivery.policies import POLICY_NAMES
 from .delivery.targets import url_problem
 from .extensions import db
 from .ingest import enqueue
+from .queue import work_item
 from .validation import ApiError, check_fields
 from .models import Delivery, DeliveryState, Subscription, SubscriptionState, Team
 
@@ -91,7 +92,7 @@ def resume(sub: Subscription) -> int:
         .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
         .returning(Delivery.id)).all()
     db.session.commit()
-    enqueue(list(ids))
+    enqueue([work_item(sub.id, i) for i in ids])
     return len(ids)
 
 
@@ -114,7 +115,7 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
         .returning(Delivery.id)).all()
     db.session.commit()
     if target == DeliveryState.PENDING:
-        enqueue(list(ids))
+        enqueue([work_item(sub.id, i) for i in ids])
     return len(ids)
 
 

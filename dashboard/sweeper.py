@@ -17,7 +17,7 @@ from sqlalchemy import or_, select
 from .clock import unix
 from .extensions import db
 from .models import Delivery, DeliveryState
-from .queue import WorkQueue
+from .queue import WorkQueue, work_item
 
 log = logging.getLogger(__name__)
 PAGE = 5000
@@ -33,16 +33,16 @@ def sweep_once(app, clock=None) -> int:
     found, last_id = 0, ""
     with app.app_context():
         while True:
-            ids = db.session.scalars(
-                select(Delivery.id)
+            rows = db.session.execute(
+                select(Delivery.id, Delivery.subscription_id)
                 .where(Delivery.state.in_(DeliveryState.DUE), Delivery.next_attempt_at <= now,
                        or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now),
                        Delivery.id > last_id)
                 .order_by(Delivery.id).limit(PAGE)).all()
-            if not ids:
+            if not rows:
                 break
-            last_id = ids[-1]
-            lost = [i for i in ids if i not in queued]
+            last_id = rows[-1].id
+            lost = [work_item(r.subscription_id, r.id) for r in rows if r.id not in queued]
             if lost:
                 work.push(lost)
                 found += len(lost)

@@ -34,6 +34,7 @@ from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, Subs
 from . import http
 from .policies import decide, policy_for
 from .targets import PublicOnlyResolver
+from ..queue import split_item, work_item
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class DrainStats:
     succeeded: int = 0
     held: int = 0
     deferred: int = 0
+    parked: int = 0  # left in Redis, never claimed: their subscription was saturated here
     skipped: int = 0
     states: Counter = field(default_factory=Counter)
 
@@ -210,7 +212,7 @@ class DeliveryEngine:
             if decision.disable_subscription:
                 to_disable[item.subscription_id] = decision.disable_subscription
             if decision.state == DeliveryState.SCHEDULED:
-                to_schedule.append((item.delivery_id, unix(decision.next_attempt_at)))
+                to_schedule.append((work_item(item.subscription_id, item.delivery_id), unix(decision.next_attempt_at)))
             stats.attempted += 1
             stats.states[decision.state] += 1
         with self.db_engine.begin() as conn:
@@ -301,8 +303,9 @@ class DeliveryEngine:
             popped = 0
             room = min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight - run.local)
             if now < deadline and room > 0 and len(run.in_flight) < self.max_in_flight and now >= next_pop:
-                ids = self.work.pop_ready(room)
-                popped = len(ids)
+                items = self.work.pop_ready(room)
+                popped = len(items)
+                ids = await run.admit(items)
                 if ids:
                     await run.take(ids, await asyncio.to_thread(self.claim, ids))
                 else:
@@ -326,9 +329,11 @@ class DeliveryEngine:
                         break
                     wait = max(0.01, min(LINGER_POLL_SECONDS, linger_seconds - (now - idle_since)))
                 # Nothing in flight: wait for new work in Redis (keeping the warm pool) rather than end.
-                ids = await asyncio.to_thread(self.work.wait_ready, min(POP_BATCH, self.max_in_flight), wait)
+                items = await asyncio.to_thread(self.work.wait_ready, min(POP_BATCH, self.max_in_flight), wait)
+                ids = await run.admit(items)
                 if ids:
                     await run.take(ids, await asyncio.to_thread(self.claim, ids))
+                if items:
                     idle_since = None
             else:
                 idle_since = None
@@ -359,9 +364,24 @@ class DeliveryEngine:
         avg = self._avg_seconds.get(subscription_id)
         self._avg_seconds[subscription_id] = seconds if avg is None else 0.8 * avg + 0.2 * seconds
 
+    def _paced(self, subscription_id: str, expected: dict[str, float | None], now_unix: float) -> float:
+        """When a saturated subscription's next handed-back delivery should be due: one by one at
+        the pace it answers here, from a second away to at most a minute."""
+        interval = (expected.get(subscription_id) or 0.0) / self.per_subscription
+        when = max(now_unix + SATURATED_RETRY_SECONDS, self._booked_until.get(subscription_id, 0.0) + interval)
+        when = min(when, now_unix + MAX_DEFER_SECONDS)
+        self._booked_until[subscription_id] = when
+        return when
+
+    def park(self, pairs: list[tuple[str, str]], expected: dict[str, float | None]) -> None:
+        """Put unclaimed (subscription, delivery) pairs back in Redis, paced. No database write:
+        the row is untouched, and the sweeper leaves it alone while Redis holds it."""
+        now_unix = unix(self.clock.now())
+        self.work.schedule([(work_item(sub, dlv), self._paced(sub, expected, now_unix)) for sub, dlv in pairs])
+
     def defer_paced(self, pairs: list[tuple[Claimed, str]], expected: dict[str, float | None]) -> None:
-        """Hand saturated deliveries back, due one by one at the pace their subscription answers here,
-        so a slow endpoint's backlog is not claimed and handed back again every second."""
+        """Hand claimed but saturated deliveries back, due one by one at the pace their subscription
+        answers here, so a slow endpoint's backlog is not claimed and handed back every second."""
         if not pairs:
             return
         now = self.clock.now()
@@ -369,13 +389,9 @@ class DeliveryEngine:
         by_token: dict[str, list[str]] = {}
         due = []
         for item, token in pairs:
-            sub = item.subscription_id
-            interval = (expected.get(sub) or 0.0) / self.per_subscription
-            when = max(now_unix + SATURATED_RETRY_SECONDS, self._booked_until.get(sub, 0.0) + interval)
-            when = min(when, now_unix + MAX_DEFER_SECONDS)
-            self._booked_until[sub] = when
+            when = self._paced(item.subscription_id, expected, now_unix)
             by_token.setdefault(token, []).append(item.delivery_id)
-            due.append((item.delivery_id, when))
+            due.append((work_item(item.subscription_id, item.delivery_id), when))
         # One UPDATE per claim: the database gets the earliest due time (claimable from then on, and
         # the sweeper leaves it alone while Redis holds it); Redis holds each one's paced time.
         with self.db_engine.begin() as conn:
@@ -418,6 +434,29 @@ class _Run:
     @property
     def local(self) -> int:
         return len(self.in_flight) + self.waiting_total
+
+    async def admit(self, items: list[str]) -> list[str]:
+        """The delivery ids worth claiming now. Work for a subscription that already has its share
+        in flight and waiting here goes straight back to Redis, paced, without touching the database."""
+        claim, park, expected = [], [], {}
+        admitted: Counter = Counter()
+        engine = self.engine
+        for item in items:
+            sub, delivery_id = split_item(item)
+            if sub is not None:
+                if sub not in expected:
+                    starts = self.started_at.get(sub)
+                    expected[sub] = engine.expected_seconds(sub, min(starts) if starts else None)
+                load = self.per_subscription[sub] + len(self.waiting.get(sub, ())) + admitted[sub]
+                if load >= engine.per_subscription + engine.waiting_cap(expected[sub]):
+                    park.append((sub, delivery_id))
+                    continue
+                admitted[sub] += 1
+            claim.append(delivery_id)
+        if park:
+            self.stats.parked += len(park)
+            await asyncio.to_thread(engine.park, park, expected)
+        return claim
 
     async def take(self, ids: list[str], claimed: tuple[list[Claimed], str | None]) -> None:
         items, token = claimed
