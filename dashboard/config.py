@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 from cryptography.fernet import Fernet
@@ -26,16 +27,22 @@ def normalize_database_url(url: str) -> str:
 
 
 def _kept_secret(instance: Path, name: str, make) -> str:
-    """A key generated on first use and kept in the instance folder (mode 600)."""
+    """A key generated on first use and kept in the instance folder (mode 600). Processes starting
+    together agree on one key: it is written whole to a temporary file, then linked into place."""
     path = instance / name
     if path.exists():
         return path.read_text().strip()
     instance.mkdir(parents=True, exist_ok=True)
-    value = make()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(value)
-    return value
+    fd, temporary = tempfile.mkstemp(dir=instance, prefix=f".{name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(make())
+        os.link(temporary, path)  # atomic, and fails if another process got there first
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(temporary)
+    return path.read_text().strip()
 
 
 def from_environment(instance_path: str) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,10 +101,13 @@ def sqlite_template(tmp_path_factory) -> Path:
 def _migrate(url: str) -> None:
     import flask_migrate
 
-    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "REDIS_URL": "redis://unused"})
+    instance = tempfile.mkdtemp(prefix="promesa-migrate-")
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "TESTING": True, "REDIS_URL": "redis://unused",
+                      "INSTANCE_PATH": instance})
     with app.app_context():
         flask_migrate.upgrade()
         db.engine.dispose()
+    shutil.rmtree(instance, ignore_errors=True)
 
 
 def _empty_tables(url: str) -> None:
