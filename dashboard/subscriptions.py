@@ -119,6 +119,19 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
     return len(ids)
 
 
+def deliveries_page(sub: Subscription, state: str | None, before: str | None,
+                    limit: int) -> tuple[list[Delivery], str | None]:
+    """Newest first, optionally in one state; `before` is the previous page's next_before (ids are time-ordered)."""
+    query = select(Delivery).where(Delivery.subscription_id == sub.id)
+    if state:
+        query = query.where(Delivery.state == state)
+    if before:
+        query = query.where(Delivery.id < before)
+    rows = db.session.scalars(query.order_by(Delivery.id.desc()).limit(limit + 1)).all()
+    page = rows[:limit]
+    return page, page[-1].id if len(rows) > limit else None
+
+
 def for_team(team: Team, subscription_id: str) -> Subscription | None:
     return db.session.scalar(select(Subscription).where(Subscription.id == subscription_id,
                                                         Subscription.team_id == team.id))

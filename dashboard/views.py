@@ -58,16 +58,9 @@ def subscription(subscription_id):
     state = request.args.get("state")
     if state not in DeliveryState.ALL:
         state = None
-    query = select(Delivery).where(Delivery.subscription_id == sub.id)
-    if state:
-        query = query.where(Delivery.state == state)
-    before = request.args.get("before")
-    if before:
-        query = query.where(Delivery.id < before)
-    rows = db.session.scalars(query.order_by(Delivery.id.desc()).limit(PAGE + 1)).all()
-    return render_template("views/subscription.html", sub=sub, deliveries=rows[:PAGE], state=state,
-                           next_before=rows[PAGE - 1].id if len(rows) > PAGE else None,
-                           can_operate=can_operate(current_user, sub))
+    page, next_before = subscription_service.deliveries_page(sub, state, request.args.get("before"), PAGE)
+    return render_template("views/subscription.html", sub=sub, deliveries=page, state=state,
+                           next_before=next_before, can_operate=can_operate(current_user, sub))
 
 
 @bp.get("/subscriptions/<subscription_id>/contract")

@@ -208,13 +208,5 @@ def list_deliveries(subscription_id):
         raise ApiError(400, "limit must be a whole number") from None
     if not 1 <= limit <= PAGE_LIMIT:
         raise ApiError(400, f"limit must be from 1 to {PAGE_LIMIT}")
-    query = select(Delivery).where(Delivery.subscription_id == sub.id)
-    if state:
-        query = query.where(Delivery.state == state)
-    before = request.args.get("before")
-    if before:
-        query = query.where(Delivery.id < before)
-    rows = db.session.scalars(query.order_by(Delivery.id.desc()).limit(limit + 1)).all()
-    page = rows[:limit]
-    return jsonify(data=[delivery_json(d) for d in page],
-                   next_before=page[-1].id if len(rows) > limit else None)
+    page, next_before = subscription_service.deliveries_page(sub, state, request.args.get("before"), limit)
+    return jsonify(data=[delivery_json(d) for d in page], next_before=next_before)
