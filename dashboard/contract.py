@@ -46,7 +46,8 @@ def schedule(sub: Subscription) -> dict:
         {"attempt": "4, 5, …", "delay": f"about {human(policy.sweep_interval_seconds)} (one per sweep)",
          "after_first": f"until the event is {human(sub.max_age_seconds)} old"}],
         "summary": f"three quick attempts {human(policy.quick_interval_seconds)} apart, then one about every "
-                   f"{human(policy.sweep_interval_seconds)} until the event is {human(sub.max_age_seconds)} old"}
+                   f"{human(policy.sweep_interval_seconds)} until the event is {human(sub.max_age_seconds)} old "
+                   "(a replay starts the count again)"}
 
 
 def signature(sub: Subscription) -> dict:

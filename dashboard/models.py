@@ -188,6 +188,8 @@ class Delivery(db.Model):
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
     # attempt_count when the delivery was last replayed: the retry schedule restarts from there.
     retry_base: Mapped[int] = mapped_column(Integer, default=0)
+    # When the current retry schedule began (a replay restarts it); None: when the event was accepted.
+    schedule_started_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     next_attempt_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     # A worker owns the delivery while lease_expires_at is in the future (claimed by conditional UPDATE).
     lease_token: Mapped[str | None] = mapped_column(String(36))

@@ -111,6 +111,7 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
         query = query.where(Delivery.id.in_(delivery_ids))
     ids = db.session.scalars(
         query.values(state=target, next_attempt_at=now, updated_at=now, retry_base=Delivery.attempt_count,
+                     schedule_started_at=now,
                      dead_lettered_at=None, succeeded_at=None, lease_token=None, lease_expires_at=None)
         .returning(Delivery.id)).all()
     db.session.commit()

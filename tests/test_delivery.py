@@ -240,3 +240,19 @@ def test_the_producer_says_when_it_happened(app, producer, receiver, clock):
     for bad in ("yesterday", "2026-11-29T18:00:00", 1764439200):
         resp = producer.post("/api/v1/events", {"type": "a.b", "timestamp": bad})
         assert resp.status_code == 400 and "RFC 3339" in resp.get_json()["error"]
+
+
+def test_a_replay_restarts_the_quick_then_sweep_age(app, producer, receiver, clock):
+    sub = producer.subscribe(receiver.url + "/status/503", retry_policy="quick-then-sweep", max_age_seconds=120)
+    accepted = producer.publish()
+    deliver_due(app, clock)
+    while (d := delivery_of(accepted["id"])).state == "scheduled":
+        clock.set(d.next_attempt_at)
+        deliver_due(app, clock)
+    assert d.state == "dead"
+    clock.advance(hours=2)  # long past the maximum age of the event
+    producer.post(f"/api/v1/subscriptions/{sub['id']}/replay")
+    deliver_due(app, clock)
+    d = delivery_of(accepted["id"])
+    assert d.state == "scheduled"  # a fresh schedule, not an instant death for an old event
+    assert (d.next_attempt_at - clock.now()).total_seconds() == 0.5

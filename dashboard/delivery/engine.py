@@ -79,14 +79,15 @@ _SENDING_COLUMNS = (E.c.id.label("event_id"), E.c.type, E.c.created_at, E.c.body
                     S.c.state, S.c.url, S.c.secret_ciphertext, S.c.signature_scheme, S.c.retry_policy,
                     S.c.max_age_seconds, S.c.connect_timeout, S.c.attempt_timeout)
 _LOAD = (
-    select(D.c.id, D.c.attempt_count, D.c.retry_base, *_SENDING_COLUMNS)
+    select(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at, *_SENDING_COLUMNS)
     .select_from(D.join(E, D.c.event_id == E.c.id).join(S, D.c.subscription_id == S.c.id))
     .where(D.c.id.in_(bindparam("claimed", expanding=True)))  # by primary key: lease_token has no index
 )
-_claimed_cte = _CLAIM.returning(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.event_id,
-                                D.c.subscription_id).cte("claimed")
+_claimed_cte = _CLAIM.returning(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at,
+                                D.c.event_id, D.c.subscription_id).cte("claimed")
 _CLAIM_AND_LOAD = (
-    select(_claimed_cte.c.id, _claimed_cte.c.attempt_count, _claimed_cte.c.retry_base, *_SENDING_COLUMNS)
+    select(_claimed_cte.c.id, _claimed_cte.c.attempt_count, _claimed_cte.c.retry_base,
+           _claimed_cte.c.schedule_started_at, *_SENDING_COLUMNS)
     .select_from(_claimed_cte.join(E, _claimed_cte.c.event_id == E.c.id)
                  .join(S, _claimed_cte.c.subscription_id == S.c.id))
 )
@@ -100,7 +101,7 @@ class Claimed:
     attempts_in_schedule: int  # this attempt's place in the retry schedule (restarts on replay)
     event_id: str
     event_type: str
-    event_created_at: dt.datetime
+    schedule_started_at: dt.datetime  # when this retry schedule began: accepted, or last replayed
     body: bytes
     subscription_id: str
     subscription_state: str
@@ -166,7 +167,7 @@ class DeliveryEngine:
         if not rows:
             return [], None
         return [Claimed(r.id, r.attempt_count + 1, r.attempt_count + 1 - r.retry_base, r.event_id, r.type,
-                        r.created_at, r.body.encode("utf-8"), r.subscription_id, r.state, r.url,
+                        r.schedule_started_at or r.created_at, r.body.encode("utf-8"), r.subscription_id, r.state, r.url,
                         r.secret_ciphertext, r.signature_scheme, r.retry_policy, r.max_age_seconds,
                         r.connect_timeout, r.attempt_timeout)
                 for r in rows], token
@@ -199,7 +200,7 @@ class DeliveryEngine:
             attempts.append((item.delivery_id, item.attempt_number, attempted_at, result.duration_ms,
                              outcome.status_code, outcome.error, result.response_excerpt))
             policy = policy_for(item.retry_policy, item.max_age_seconds)
-            decision = decide(policy, outcome, item.attempts_in_schedule, item.event_created_at, now, self.rng)
+            decision = decide(policy, outcome, item.attempts_in_schedule, item.schedule_started_at, now, self.rng)
             if decision.next_attempt_at is None:
                 key = (token, decision.state, item.attempt_number, outcome.status_code, outcome.error)
                 settled.setdefault(key, []).append(item.delivery_id)

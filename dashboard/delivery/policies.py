@@ -52,7 +52,7 @@ class ExponentialPolicy:
         d = self.nominal_delay(next_attempt_number)
         return rng.uniform(d / 2, d)  # equal jitter: never sooner than half, never later than the nominal
 
-    def next_attempt(self, attempts_made: int, event_created_at: dt.datetime, now: dt.datetime,
+    def next_attempt(self, attempts_made: int, schedule_started_at: dt.datetime, now: dt.datetime,
                      rng: random.Random) -> dt.datetime | None:
         if attempts_made >= self.max_attempts:
             return None
@@ -68,7 +68,8 @@ class ExponentialPolicy:
 
 
 class QuickThenSweepPolicy:
-    """Three quick attempts 0.5 s apart, then one attempt per sweep until the event is too old."""
+    """Three quick attempts 0.5 s apart, then one attempt per sweep until the schedule is too old
+    (counted from when the event was accepted, or from its last replay)."""
 
     name = "quick-then-sweep"
     quick_attempts = 3
@@ -79,13 +80,13 @@ class QuickThenSweepPolicy:
     def __init__(self, max_age_seconds: float = 24 * 3600):
         self.max_age = dt.timedelta(seconds=max_age_seconds)
 
-    def next_attempt(self, attempts_made: int, event_created_at: dt.datetime, now: dt.datetime,
+    def next_attempt(self, attempts_made: int, schedule_started_at: dt.datetime, now: dt.datetime,
                      rng: random.Random) -> dt.datetime | None:
         if attempts_made < self.quick_attempts:
             when = now + dt.timedelta(seconds=self.quick_interval_seconds)
         else:
             when = now + dt.timedelta(seconds=self.sweep_interval_seconds)
-        if when > event_created_at + self.max_age:
+        if when > schedule_started_at + self.max_age:
             return None
         return when
 
@@ -99,7 +100,7 @@ def policy_for(name: str, max_age_seconds: float = 24 * 3600):
     return ExponentialPolicy()
 
 
-def decide(policy, outcome: Outcome, attempts_made: int, event_created_at: dt.datetime,
+def decide(policy, outcome: Outcome, attempts_made: int, schedule_started_at: dt.datetime,
            now: dt.datetime, rng: random.Random) -> Decision:
     """The contract's STATUS line, applied to one finished attempt (attempts_made counts it)."""
     if outcome.succeeded:
@@ -111,7 +112,7 @@ def decide(policy, outcome: Outcome, attempts_made: int, event_created_at: dt.da
     # 408 and 429 say "not now", not "never": they keep the full schedule.
     if code is not None and 400 <= code < 500 and code not in (408, 429) and attempts_made >= CLIENT_ERROR_MAX_ATTEMPTS:
         return Decision(DeliveryState.DEAD)
-    when = policy.next_attempt(attempts_made, event_created_at, now, rng)
+    when = policy.next_attempt(attempts_made, schedule_started_at, now, rng)
     if when is None:
         return Decision(DeliveryState.DEAD)
     if code == 429 and outcome.retry_after_seconds:
