@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-
-from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required, login_user, logout_user
 from sqlalchemy import select
 
@@ -29,18 +27,6 @@ def can_view(user, sub: Subscription) -> bool:
 def can_operate(user, sub: Subscription) -> bool:
     """Pause, resume, replay: operators anywhere, owners on their own team."""
     return user.role in GLOBAL_ROLES or (user.role == "owner" and user.team_id == sub.team_id)
-
-
-def roles_required(*roles):
-    def decorator(view):
-        @functools.wraps(view)
-        @login_required
-        def wrapped(*args, **kwargs):
-            if current_user.role not in roles:
-                abort(403)
-            return view(*args, **kwargs)
-        return wrapped
-    return decorator
 
 
 def _safe_next(target: str | None) -> str:

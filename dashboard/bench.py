@@ -159,7 +159,7 @@ def raw_baseline(jobs: list[tuple[str, str, str]], processes: int, in_flight: in
 
 # -- the publisher ----------------------------------------------------------------------------
 async def _publish(url: str, token: str, count: int, concurrency: int, rate: float | None,
-                   first_index: int = 0, batch: int = 1) -> tuple[dict[str, float], int, float, float]:
+                   batch: int = 1) -> tuple[dict[str, float], int, float, float]:
     """POST `count` events, one per request or `batch` per request to /events/batch;
     returns ({event id: publish time}, errors, first publish, last answer)."""
     import aiohttp
@@ -173,7 +173,7 @@ async def _publish(url: str, token: str, count: int, concurrency: int, rate: flo
         gate = asyncio.Semaphore(concurrency)
 
         def event(i: int) -> dict:
-            return {"type": "bench.ping", "data": {"resource_id": f"r_{first_index + i}", "resource_version": 1}}
+            return {"type": "bench.ping", "data": {"resource_id": f"r_{i}", "resource_version": 1}}
 
         async def one(first: int):
             nonlocal errors

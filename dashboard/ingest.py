@@ -110,13 +110,17 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
                 numbered: bool = True) -> list[Accepted]:
     """Validate every event first, then store them all and their deliveries in one transaction,
     then enqueue. One bad event rejects the whole batch: nothing is stored half-way."""
+    def at(index: int, exc: ApiError) -> ApiError:
+        """In a batch, an error names the event it is about."""
+        return ApiError(exc.status, f"events[{index}]: {exc.message}") if numbered else exc
+
     checked = []
     for index, payload in enumerate(payloads):
         try:
             event_type, data, event_id, version = validate_event(payload)
             checked.append((event_type, data, event_id, version, parse_occurred_at(payload.get("timestamp"))))
         except ApiError as exc:
-            raise ApiError(exc.status, f"events[{index}]: {exc.message}" if numbered else exc.message) from None
+            raise at(index, exc) from None
 
     now = current_app.config["CLOCK"].now()
     subscriptions = db.session.scalars(select(Subscription).where(Subscription.team_id == team.id)).all()
@@ -139,7 +143,7 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
             try:
                 catalog.validate_data(declared, data)
             except ApiError as exc:
-                raise ApiError(exc.status, f"events[{index}]: {exc.message}" if numbered else exc.message) from None
+                raise at(index, exc) from None
         event_id = event_id or new_id("evt")
         seen[event_id] = index
         when = occurred_at or now
@@ -172,8 +176,7 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
                 raise ApiError(409, "another request stored one of these event ids at the same moment; "
                                     "send the batch again (ids already stored come back as duplicates)") from None
             # Two requests with the same key or id raced: the first one won, answer with it.
-            event_type, data, event_id, version, occurred_at = checked[0]
-            existing = _existing(team, event_id, idempotency_key)
+            existing = _existing(team, checked[0][2], idempotency_key)
             if existing is None:
                 raise
             return [Accepted(existing.id, len(existing.deliveries), True)]

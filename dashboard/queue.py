@@ -175,8 +175,4 @@ class WorkQueue:
         pipe.lrange(self.ready_key, 0, -1)
         pipe.zrange(self.scheduled_key, 0, -1)
         ready, scheduled = pipe.execute()
-        return {split_item(i.decode())[1] for i in ready} | {split_item(i.decode())[1] for i in scheduled}
-
-    def depth(self) -> dict[str, int]:
-        return {"ready": self.conn.llen(self.ready_key), "scheduled": self.conn.zcard(self.scheduled_key),
-                "drainers": self.conn.zcount(self.drainers_key, time.time(), "+inf"), "jobs": self.rq.count}
+        return {split_item(i.decode())[1] for i in (*ready, *scheduled)}

@@ -174,19 +174,12 @@ class DeliveryEngine:
 
     def hold(self, items: list[Claimed], token: str) -> None:
         """The subscription is paused or disabled: keep the delivery, do not attempt it."""
-        self._set_state_without_attempt(items, token, DeliveryState.HELD, None)
-
-    def _set_state_without_attempt(self, items, token, state, next_attempt_at) -> None:
         if not items:
             return
-        values = {"lease_token": None, "lease_expires_at": None, "updated_at": self.clock.now()}
-        if state:
-            values["state"] = state
-        if next_attempt_at:
-            values["next_attempt_at"] = next_attempt_at
         with self.db_engine.begin() as conn:
             conn.execute(update(D).where(D.c.id.in_([i.delivery_id for i in items]), D.c.lease_token == token)
-                         .values(**values))
+                         .values(state=DeliveryState.HELD, updated_at=self.clock.now(),
+                                 lease_token=None, lease_expires_at=None))
 
     def record(self, finished: list[tuple[Claimed, str, dt.datetime, http.AttemptResult]], stats: DrainStats) -> None:
         """Write the attempts and the next state of every delivery in one transaction, then schedule retries."""
