@@ -217,6 +217,32 @@ def test_a_delivery_is_never_claimed_twice(app, producer, receiver, clock):
     assert len(first) == 1 and second == []
 
 
+@pytest.mark.postgres
+def test_the_claim_finds_its_rows_by_primary_key_when_statistics_are_stale(app, producer, receiver, clock,
+                                                                           database_url):
+    """A queue table's statistics are always behind: ANALYZEd while nothing was due, then thousands
+    turn due. A claim planned through ix_deliveries_due then reads every due row for each batch."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a PostgreSQL planner question")
+    from sqlalchemy import text
+
+    from dashboard.delivery.engine import _CLAIM_AND_LOAD
+    from dashboard.ingest import ingest_many
+
+    producer.subscribe(receiver.url + "/ok")
+    db.session.execute(text("ANALYZE deliveries"))  # the statistics say: no delivery is due
+    db.session.commit()
+    for _ in range(10):
+        ingest_many(producer.team, [{"type": "file.updated", "data": {"n": n}} for n in range(500)])
+    ids = db.session.scalars(select(Delivery.id).limit(10)).all()  # few, so a full scan is worse too
+    now = clock.now()
+    claim = _CLAIM_AND_LOAD.compile(dialect=db.engine.dialect).construct_expanded_state(
+        {"ids": ids, "now": now, "token": "t", "until": now})
+    plan = "\n".join(db.session.connection().exec_driver_sql("EXPLAIN " + claim.statement, claim.parameters).scalars())
+    db.session.rollback()
+    assert "deliveries_pkey" in plan and "ix_deliveries_due" not in plan and "Seq Scan on deliveries" not in plan, plan
+
+
 def test_a_succeeded_delivery_can_be_resent_by_id(app, producer, receiver, clock):
     sub = producer.subscribe(receiver.url + "/ok")
     accepted = producer.publish()
