@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import secrets
@@ -96,6 +97,11 @@ def worker(burst):
     if not burst:
         stop = threading.Event()
         threading.Thread(target=promote_forever, args=(app, stop), daemon=True, name="promoter").start()
+    from . import jobs  # noqa: F401  (imported now, so the freeze below covers the delivery code too)
+
+    # Everything imported so far lives as long as the process: keep it out of the cyclic garbage
+    # collector's scans, which took 13% of a delivering worker's CPU.
+    gc.freeze()
     # SimpleWorker: one drain job carries many deliveries, so forking per job buys nothing but latency.
     SimpleWorker([work.rq], connection=work.conn).work(burst=burst, logging_level="INFO")
 
@@ -119,8 +125,9 @@ def sweep(once):
 @click.option("--workers", default=2, show_default=True, help="gunicorn processes")
 def web(host, port, workers):
     """The dashboard and the API under gunicorn."""
-    os.execv(sys.executable, [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--threads", "4",
-                              "--bind", f"{host}:{port}", "--access-logfile", "-", "dashboard:create_app()"])
+    from .webserver import command
+
+    os.execv(sys.executable, command(f"{host}:{port}", workers))
 
 
 @cli.command()
