@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import secrets as _secrets
 
@@ -27,7 +26,7 @@ def new_secret() -> str:
 def promesa_v1(secret: str, timestamp: int, body: bytes) -> str:
     """The hex v1 signature of the promesa scheme."""
     signed = str(int(timestamp)).encode("ascii") + b"." + body
-    return hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
+    return hmac.digest(secret.encode("utf-8"), signed, "sha256").hex()  # one-shot HMAC: the C fast path
 
 
 def promesa_header(secrets: list[str] | str, timestamp: int, body: bytes) -> str:
@@ -48,7 +47,7 @@ def standard_key(secret: str) -> bytes:
 def standard_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """``v1,<base64>`` for one secret, as the Standard Webhooks reference libraries compute it."""
     signed = f"{msg_id}.{int(timestamp)}.".encode("utf-8") + body
-    digest = hmac.new(standard_key(secret), signed, hashlib.sha256).digest()
+    digest = hmac.digest(standard_key(secret), signed, "sha256")
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -62,7 +63,7 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
         host = urlsplit(url).hostname or ""
         if not allow_private and _is_ip(host) and not is_public(host):
             return AttemptResult(Outcome(error="private address refused"), 0, None)
-        timeout = aiohttp.ClientTimeout(total=attempt_timeout, sock_connect=connect_timeout)
+        timeout = _timeout(attempt_timeout, connect_timeout)
         async with session.post(url, data=body, headers=headers, allow_redirects=False, timeout=timeout) as resp:
             raw = await resp.content.read(excerpt_bytes)
             excerpt = raw.decode("utf-8", "replace").replace("\x00", "")  # PostgreSQL text cannot hold NUL
@@ -81,6 +82,12 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
     except OSError as exc:
         outcome = Outcome(error=f"connection error: {_short(exc)}")
     return AttemptResult(outcome, int((time.monotonic() - started) * 1000), excerpt)
+
+
+@functools.lru_cache(maxsize=64)
+def _timeout(total: float, connect: float) -> aiohttp.ClientTimeout:
+    """One immutable timeout object per setting, not one per request."""
+    return aiohttp.ClientTimeout(total=total, sock_connect=connect)
 
 
 def _short(exc: Exception) -> str:
