@@ -281,7 +281,7 @@ class Run:
         import redis as redis_module
         from cryptography.fernet import Fernet
 
-        from . import create_app
+        from . import create_app, webserver
         from .extensions import db
 
         database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{self.tmp / 'promesa.db'}"
@@ -308,6 +308,7 @@ class Run:
         with self.app.app_context():
             flask_migrate.upgrade()
             db.session.remove()
+        self.vacuum()
         self.in_flight = self.app.config["PROMESA_MAX_IN_FLIGHT"]
 
         ctx = multiprocessing.get_context("spawn")
@@ -321,10 +322,8 @@ class Run:
         port = _free_port()
         self.web_url = f"http://127.0.0.1:{port}"
         web_log = open(self.tmp / "web.log", "wb")
-        self.children.append(subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--workers", str(self.web_workers), "--threads", "4",
-             "--bind", f"127.0.0.1:{port}", "--keep-alive", "30", "dashboard:create_app()"],
-            env=self.env, stdout=web_log, stderr=subprocess.STDOUT))
+        self.children.append(subprocess.Popen(webserver.command(f"127.0.0.1:{port}", self.web_workers, access_log=False),
+                                              env=self.env, stdout=web_log, stderr=subprocess.STDOUT))
         _wait_http(self.web_url + "/api/v1/openapi.json", START_TIMEOUT_SECONDS, self.children)
 
     def start_workers(self):
@@ -449,6 +448,7 @@ class Run:
         if self.app is not None and not self.keep and self.database != "sqlite":
             with contextlib.suppress(Exception):
                 self._delete_team_rows()
+                self.vacuum()
         if self._embedded is not None:
             with contextlib.suppress(Exception):
                 self._embedded.shutdown()
@@ -457,6 +457,20 @@ class Run:
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
+
+    def vacuum(self) -> None:
+        """On PostgreSQL, VACUUM and ANALYZE the tables the run writes, so that it starts on tables
+        as autovacuum keeps them, not on an earlier run's dead rows (on a server without autovacuum,
+        a few runs had left deliveries at 735 MB for 240,000 live rows)."""
+        if self.database != "postgresql":
+            return
+        from .extensions import db
+
+        with self.app.app_context():
+            with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                self.autovacuum = conn.exec_driver_sql("SHOW autovacuum").scalar()
+                conn.exec_driver_sql("VACUUM (ANALYZE) events, deliveries, attempts")
+            db.engine.dispose()
 
     def _delete_team_rows(self):
         from sqlalchemy import delete, select

@@ -36,3 +36,32 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     assert result["replay"]["replayed"] == 20 and result["replay"]["delivered"] == 20
     assert set(result["dashboard"]["pages"]) >= {"index", "subscription"}
     assert "deliveries/s" in done.stdout and "ratio pipeline/raw" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_it_benchmarks_on_postgresql_and_leaves_the_database_as_it_found_it(tmp_path, redis_url):
+    import sqlalchemy as sa
+
+    from .conftest import _migrate, fresh_postgres_database
+
+    with fresh_postgres_database("promesa_bench_test") as database_url:
+        _migrate(database_url)
+        env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url, PROMESA_INSTANCE_PATH=str(tmp_path))
+        done = subprocess.run(
+            [sys.executable, "-m", "dashboard.cli", "bench", "--events", "30", "--workers", "1", "--batch", "10",
+             "--no-raw", "--timeout", "60", "--json"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["database"] == "postgresql" and result["redis"] == "redis"
+        assert result["complete"] is True and result["deliveries_recorded"] == 30
+
+        engine = sa.create_engine(database_url)
+        with engine.connect() as conn:  # the run's team and rows are gone, and its dead rows vacuumed
+            assert conn.execute(sa.text("SELECT count(*) FROM deliveries")).scalar() == 0
+            assert conn.execute(sa.text("SELECT count(*) FROM teams")).scalar() == 0
+            vacuumed = conn.execute(sa.text(
+                "SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'deliveries'")).scalar()
+        engine.dispose()
+        assert vacuumed
