@@ -5,3 +5,7 @@ from ulid import ULID
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{ULID()}"
+
+
+def new_ids(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}_{ULID()}" for _ in range(count)]
