@@ -26,7 +26,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import aiohttp
-from sqlalchemy import and_, bindparam, or_, select, update
+from sqlalchemy import ARRAY, String, and_, any_, bindparam, or_, select, update
 
 from .. import crypto
 from ..clock import from_unix, unix
@@ -67,44 +67,62 @@ _ATTEMPT_COLUMNS = ("delivery_id", "number", "attempted_at", "duration_ms", "sta
 _COPY_ATTEMPTS = f"COPY attempts ({', '.join(_ATTEMPT_COLUMNS)}) FROM STDIN"
 
 
+def _by_ids(array: bool):
+    """Rows whose id is in the "ids" parameter. On PostgreSQL one array parameter: the statement text
+    is the same for any number of ids, so psycopg prepares it once and the server plans it once."""
+    if array:
+        return D.c.id == any_(bindparam("ids", type_=ARRAY(String)))
+    return D.c.id.in_(bindparam("ids", expanding=True))
+
+
 # The claim, built once (statement construction and cache keys cost more than the query here).
 # Only the primary key may find the rows: the rest of the condition is wrapped in IS TRUE, which
 # no index matches. On a queue table the statistics are always stale (rows turn due and settled by
 # the thousand between ANALYZEs), and a plan through ix_deliveries_due read every due row for each
 # claim: 775 us of PostgreSQL CPU per delivery at 80,000 pending, against 20 us by primary key.
-_CLAIM = (
-    update(D)
-    .where(D.c.id.in_(bindparam("ids", expanding=True)),
-           and_(D.c.state.in_(DeliveryState.DUE), D.c.next_attempt_at <= bindparam("now"),
-                or_(D.c.lease_expires_at.is_(None), D.c.lease_expires_at < bindparam("now"))).is_(True))
-    .values(lease_token=bindparam("token"), lease_expires_at=bindparam("until"))
-)
+def _claim(array: bool):
+    return (
+        update(D)
+        .where(_by_ids(array),
+               and_(D.c.state.in_(DeliveryState.DUE), D.c.next_attempt_at <= bindparam("now"),
+                    or_(D.c.lease_expires_at.is_(None), D.c.lease_expires_at < bindparam("now"))).is_(True))
+        .values(lease_token=bindparam("token"), lease_expires_at=bindparam("until"))
+    )
+
+
 _SENDING_COLUMNS = (E.c.id.label("event_id"), E.c.type, E.c.created_at, E.c.body, S.c.id.label("subscription_id"),
                     S.c.state, S.c.url, S.c.secret_ciphertext, S.c.signature_scheme, S.c.retry_policy,
                     S.c.max_age_seconds, S.c.connect_timeout, S.c.attempt_timeout)
+_CLAIM = _claim(array=False).returning(D.c.id)
 _LOAD = (
     select(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at, *_SENDING_COLUMNS)
     .select_from(D.join(E, D.c.event_id == E.c.id).join(S, D.c.subscription_id == S.c.id))
     .where(D.c.id.in_(bindparam("claimed", expanding=True)))  # by primary key: lease_token has no index
 )
-_claimed_cte = _CLAIM.returning(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at,
-                                D.c.event_id, D.c.subscription_id).cte("claimed")
+# PostgreSQL: claim and load in one round trip, the UPDATE in a CTE.
+_claimed_cte = _claim(array=True).returning(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at,
+                                            D.c.event_id, D.c.subscription_id).cte("claimed")
 _CLAIM_AND_LOAD = (
     select(_claimed_cte.c.id, _claimed_cte.c.attempt_count, _claimed_cte.c.retry_base,
            _claimed_cte.c.schedule_started_at, *_SENDING_COLUMNS)
     .select_from(_claimed_cte.join(E, _claimed_cte.c.event_id == E.c.id)
                  .join(S, _claimed_cte.c.subscription_id == S.c.id))
 )
-_CLAIM = _CLAIM.returning(D.c.id)
+
+
 # Recording, also built once: one UPDATE per group of deliveries settled alike, and one
 # executemany for those with a next attempt.
-_SETTLE = (
-    update(D).where(D.c.id.in_(bindparam("ids", expanding=True)), D.c.lease_token == bindparam("token"))
-    .values(state=bindparam("state"), attempt_count=bindparam("attempt_count"), next_attempt_at=None,
-            last_status_code=bindparam("status_code"), last_error=bindparam("error"), updated_at=bindparam("now"),
-            succeeded_at=bindparam("succeeded_at"), dead_lettered_at=bindparam("dead_lettered_at"),
-            lease_token=None, lease_expires_at=None)
-)
+def _settle(array: bool):
+    return (
+        update(D).where(_by_ids(array), D.c.lease_token == bindparam("token"))
+        .values(state=bindparam("state"), attempt_count=bindparam("attempt_count"), next_attempt_at=None,
+                last_status_code=bindparam("status_code"), last_error=bindparam("error"),
+                updated_at=bindparam("now"), succeeded_at=bindparam("succeeded_at"),
+                dead_lettered_at=bindparam("dead_lettered_at"), lease_token=None, lease_expires_at=None)
+    )
+
+
+_SETTLE = {False: _settle(array=False), True: _settle(array=True)}  # by "is the database PostgreSQL"
 _RESCHEDULE = (
     update(D).where(and_(D.c.id == bindparam("b_id"), D.c.lease_token == bindparam("b_token")))
     .values(state=bindparam("state"), attempt_count=bindparam("attempt_count"),
@@ -235,7 +253,7 @@ class DeliveryEngine:
         with self.db_engine.begin() as conn:
             self._insert_attempts(conn, attempts)
             for (token, state, attempt_count, status_code, error), ids in settled.items():
-                conn.execute(_SETTLE, {
+                conn.execute(_SETTLE[conn.dialect.name == "postgresql"], {
                     "ids": ids, "token": token, "state": state, "attempt_count": attempt_count,
                     "status_code": status_code, "error": error, "now": now,
                     "succeeded_at": now if state == DeliveryState.SUCCEEDED else None,
