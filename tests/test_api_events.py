@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import func, select
 
@@ -172,6 +174,24 @@ def test_a_batch_is_stored_in_one_go(producer, receiver, app, clock):
     assert again["data"] == [{"id": "one", "deliveries": 1, "duplicate": True}]
     deliver_due(app, clock)
     assert receiver.count() == 2
+
+
+def test_awkward_data_arrives_exactly_as_sent(producer, receiver, app, clock):
+    """Quotes, escapes, NUL, astral characters and nesting survive the batch insert and the body."""
+    from .support.pipeline import deliver_due
+
+    producer.subscribe(receiver.url + "/ok")
+    data = {"q": 'say "hi"\\', "nul": "a\u0000b", "emoji": "\U0001F680 é ñ 日本", "nested": {"l": [1, 2.5, None, True]},
+            "big": 2 ** 62, "empty": {}}
+    resp = producer.post("/api/v1/events/batch", {"events": [
+        {"type": "a.b", "id": "weird:id.1", "data": data, "timestamp": "2026-01-02T03:04:05Z"},
+        {"type": "a.b", "data": {}}]})
+    assert resp.status_code == 202, resp.get_json()
+    deliver_due(app, clock)
+    bodies = {json.loads(r.body)["id"]: json.loads(r.body) for r in receiver.requests}
+    sent = bodies["weird:id.1"]
+    assert sent["data"] == data and sent["timestamp"] == "2026-01-02T03:04:05.000Z" and sent["type"] == "a.b"
+    assert len(bodies) == 2 and all(b["version"] == 1 for b in bodies.values())
 
 
 @pytest.mark.parametrize("payload, status, words", [
