@@ -468,7 +468,6 @@ class Run:
 
         with self.app.app_context():
             with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                self.autovacuum = conn.exec_driver_sql("SHOW autovacuum").scalar()
                 conn.exec_driver_sql("VACUUM (ANALYZE) events, deliveries, attempts")
             db.engine.dispose()
 

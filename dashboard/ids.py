@@ -5,7 +5,3 @@ from ulid import ULID
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{ULID()}"
-
-
-def new_ids(prefix: str, count: int) -> list[str]:
-    return [f"{prefix}_{ULID()}" for _ in range(count)]

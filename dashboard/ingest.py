@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import functools
 import json
 import logging
 import re
@@ -20,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from . import catalog
 from .clock import iso
 from .extensions import db
-from .ids import new_ids
+from .ids import new_id
 from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
 from .queue import WorkQueue, work_item
 from .validation import TYPE_RE, ApiError, check_fields
@@ -145,7 +146,6 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
     now_iso = iso(now)
     subscriptions = db.session.scalars(select(Subscription).where(Subscription.team_id == team.id)).all()
     stored = _stored_events([c[2] for c in checked if c[2]])
-    fresh_ids = iter(new_ids("evt", sum(1 for c in checked if not c[2])))  # one call, not one per event
     # (type, asked version) -> (version, declaration, [(subscription id, active)] that want it): once per batch
     plans: dict[tuple, tuple] = {}
     results: list[Accepted | None] = []
@@ -171,7 +171,7 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
                 catalog.validate_data(declared, data)
             except ApiError as exc:
                 raise at(index, exc) from None
-        event_id = event_id or next(fresh_ids)
+        event_id = event_id or new_id("evt")
         seen[event_id] = index
         events.append({"id": event_id, "type": event_type, "version": version, "data": data,
                        "body": thin_body(event_id, event_type, version,
@@ -180,7 +180,8 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
         promised.extend((event_id, subscription_id, active) for subscription_id, active in targets)
         results.append(Accepted(event_id, len(targets), False))
     deliveries, ready = [], []
-    for (event_id, subscription_id, active), delivery_id in zip(promised, new_ids("dlv", len(promised))):
+    for event_id, subscription_id, active in promised:
+        delivery_id = new_id("dlv")
         deliveries.append({"id": delivery_id, "event_id": event_id, "subscription_id": subscription_id,
                            "state": DeliveryState.PENDING if active else DeliveryState.HELD})
         if active:
@@ -212,12 +213,33 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
     return results
 
 
-def _how_to_send(table: Table, name: str, dialect) -> tuple:
-    """A column's bind processor (None, or e.g. dict -> psycopg Json for JSON) and the SQL type to cast to.
-    Strings are cast to unbounded VARCHAR so that a value too long for its column fails as in a plain
-    INSERT (a cast to VARCHAR(n) would cut it short)."""
-    kind = table.c[name].type.dialect_impl(dialect)
-    return kind.bind_processor(dialect), String() if isinstance(kind, String) else kind
+@functools.lru_cache(maxsize=32)
+def _unnest_insert(table: Table, row_names: tuple[str, ...], same_names: tuple[str, ...], dialect):
+    """The INSERT ... SELECT FROM unnest() for these columns, and each column's bind processor (None,
+    or e.g. dict -> psycopg Json): built once per table and columns. None when a column with a Python-side
+    default is missing (the executemany fills it in per row)."""
+    if any(c.default is not None and c.name not in (*row_names, *same_names) for c in table.c):
+        return None
+
+    def how_to_send(name):
+        # Strings are cast to unbounded VARCHAR, so that a value too long for its column fails as in a
+        # plain INSERT (a cast to VARCHAR(n) would cut it short).
+        kind = table.c[name].type.dialect_impl(dialect)
+        return kind.bind_processor(dialect), String() if isinstance(kind, String) else kind
+
+    row_processors, array_sql, same_processors, same_sql = [], [], [], []
+    for name in row_names:
+        process, sql_type = how_to_send(name)
+        row_processors.append(process)
+        array_sql.append(f"%b::{ARRAY(sql_type).compile(dialect=dialect)}")
+    for name in same_names:
+        process, sql_type = how_to_send(name)
+        same_processors.append(process)
+        same_sql.append(f"%b::{sql_type.compile(dialect=dialect)}")
+    quote = dialect.identifier_preparer.quote
+    sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in (*row_names, *same_names))}) "
+           f"SELECT {', '.join(['given.*', *same_sql])} FROM unnest({', '.join(array_sql)}) AS given")
+    return sql, row_processors, same_processors
 
 
 def insert_rows(table: Table, rows: list[dict], same: dict) -> None:
@@ -225,29 +247,21 @@ def insert_rows(table: Table, rows: list[dict], same: dict) -> None:
     PostgreSQL (psycopg), an executemany elsewhere."""
     connection = db.session.connection()
     dialect = connection.dialect
-    names = [*rows[0], *same]
-    if (dialect.name, dialect.driver) != ("postgresql", "psycopg") \
-            or any(c.default is not None and c.name not in names for c in table.c):
-        connection.execute(insert(table), [row | same for row in rows])  # fills in Python-side defaults per row
+    plan = None
+    if (dialect.name, dialect.driver) == ("postgresql", "psycopg"):
+        plan = _unnest_insert(table, tuple(rows[0]), tuple(same), dialect)
+    if plan is None:
+        connection.execute(insert(table), [row | same for row in rows])
         return
     # An executemany is one INSERT per row, and that per-row work (SQLAlchemy, psycopg, the protocol, the
     # executor) was most of the CPU of a batch, here and in PostgreSQL. Instead: INSERT ... SELECT FROM
     # unnest() of one array per column, in psycopg's binary format (%b: no text quoting of each element);
     # the values every row shares are sent once.
-    arrays, array_sql, scalars, scalar_sql = [], [], [], []
-    for name in rows[0]:
-        process, sql_type = _how_to_send(table, name, dialect)
-        values = [row[name] for row in rows]
-        arrays.append([process(v) for v in values] if process else values)
-        array_sql.append(f"%b::{ARRAY(sql_type).compile(dialect=dialect)}")
-    for name, value in same.items():
-        process, sql_type = _how_to_send(table, name, dialect)
-        scalars.append(process(value) if process else value)
-        scalar_sql.append(f"%b::{sql_type.compile(dialect=dialect)}")
-    quote = dialect.identifier_preparer.quote
-    connection.exec_driver_sql(f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in names)}) "
-                               f"SELECT {', '.join(['given.*', *scalar_sql])} "
-                               f"FROM unnest({', '.join(array_sql)}) AS given", (*scalars, *arrays))
+    sql, row_processors, same_processors = plan
+    arrays = [[process(row[name]) for row in rows] if process else [row[name] for row in rows]
+              for name, process in zip(rows[0], row_processors)]
+    scalars = [process(value) if process else value for value, process in zip(same.values(), same_processors)]
+    connection.exec_driver_sql(sql, (*scalars, *arrays))
 
 
 def enqueue(items: list[str]) -> None:
