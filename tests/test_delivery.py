@@ -104,6 +104,20 @@ def test_redirects_are_never_followed(app, producer, receiver, clock):
     assert receiver.count("/redirect-target") == 0
 
 
+def test_a_private_address_is_refused_when_sending_too(app, producer, receiver, clock):
+    producer.subscribe(receiver.url + "/hook")  # saved while private targets were allowed
+    accepted = producer.publish()
+    app.config["PROMESA_ALLOW_PRIVATE_TARGETS"] = False
+    try:
+        deliver_due(app, clock)
+    finally:
+        app.config["PROMESA_ALLOW_PRIVATE_TARGETS"] = True
+    d = delivery_of(accepted["id"])
+    [a] = attempts_of(d.id)
+    assert d.state == "scheduled" and a.error == "private address refused" and a.status_code is None
+    assert receiver.count("/hook") == 0
+
+
 def test_a_4xx_stops_after_three_attempts(app, producer, receiver, clock):
     producer.subscribe(receiver.url + "/status/400")
     accepted = producer.publish()

@@ -90,6 +90,7 @@ def _claim(array: bool):
     )
 
 
+# The claim unpacks rows by position: these follow Claimed's fields from event_id on.
 _SENDING_COLUMNS = (E.c.id.label("event_id"), E.c.type, E.c.created_at, E.c.body, S.c.id.label("subscription_id"),
                     S.c.state, S.c.url, S.c.secret_ciphertext, S.c.signature_scheme, S.c.retry_policy,
                     S.c.max_age_seconds, S.c.connect_timeout, S.c.attempt_timeout)
@@ -133,7 +134,7 @@ _RESCHEDULE = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Claimed:
     delivery_id: str
     attempt_number: int
@@ -207,11 +208,11 @@ class DeliveryEngine:
                 rows = conn.execute(_LOAD, {"claimed": claimed}).all()
         if not rows:
             return [], None
-        return [Claimed(r.id, r.attempt_count + 1, r.attempt_count + 1 - r.retry_base, r.event_id, r.type,
-                        r.schedule_started_at or r.created_at, r.body.encode("utf-8"), r.subscription_id, r.state, r.url,
-                        r.secret_ciphertext, r.signature_scheme, r.retry_policy, r.max_age_seconds,
-                        r.connect_timeout, r.attempt_timeout)
-                for r in rows], token
+        # Unpacked by position: a Row's attribute lookup cost more than the claim's SQL (0.5 us each, 16 per row).
+        return [Claimed(delivery_id, attempts + 1, attempts + 1 - retry_base, event_id, event_type,
+                        schedule_started_at or created_at, body.encode("utf-8"), *sending)
+                for delivery_id, attempts, retry_base, schedule_started_at, event_id, event_type, created_at, body,
+                *sending in rows], token
 
     def hold(self, items: list[Claimed], token: str) -> None:
         """The subscription is paused or disabled: keep the delivery, do not attempt it."""

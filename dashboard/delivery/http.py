@@ -60,8 +60,7 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
     started = time.monotonic()
     excerpt = None
     try:
-        host = urlsplit(url).hostname or ""
-        if not allow_private and _is_ip(host) and not is_public(host):
+        if not allow_private and _private_literal(url):
             return AttemptResult(Outcome(error="private address refused"), 0, None)
         timeout = _timeout(attempt_timeout, connect_timeout)
         async with session.post(url, data=body, headers=headers, allow_redirects=False, timeout=timeout) as resp:
@@ -82,6 +81,13 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
     except OSError as exc:
         outcome = Outcome(error=f"connection error: {_short(exc)}")
     return AttemptResult(outcome, int((time.monotonic() - started) * 1000), excerpt)
+
+
+@functools.lru_cache(maxsize=4096)
+def _private_literal(url: str) -> bool:
+    """Is the URL's host a private IP address written out (which no resolver gets to refuse)?"""
+    host = urlsplit(url).hostname or ""
+    return _is_ip(host) and not is_public(host)
 
 
 @functools.lru_cache(maxsize=64)

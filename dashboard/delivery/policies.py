@@ -7,6 +7,7 @@ it takes the time and a random source, so schedules are tested without sleeping.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 from dataclasses import dataclass
 
@@ -92,8 +93,10 @@ class QuickThenSweepPolicy:
 
 
 POLICY_NAMES = (ExponentialPolicy.name, QuickThenSweepPolicy.name)
+SUCCEEDED = Decision(DeliveryState.SUCCEEDED)
 
 
+@functools.lru_cache(maxsize=256)  # policies hold no state: one per setting, not one per attempt
 def policy_for(name: str, max_age_seconds: float = 24 * 3600):
     if name == QuickThenSweepPolicy.name:
         return QuickThenSweepPolicy(max_age_seconds)
@@ -104,7 +107,7 @@ def decide(policy, outcome: Outcome, attempts_made: int, schedule_started_at: dt
            now: dt.datetime, rng: random.Random) -> Decision:
     """The contract's STATUS line, applied to one finished attempt (attempts_made counts it)."""
     if outcome.succeeded:
-        return Decision(DeliveryState.SUCCEEDED)
+        return SUCCEEDED
     code = outcome.status_code
     if code == 410:
         # Gone: stop sending, but keep the delivery (and later ones) held for a resume.
