@@ -257,6 +257,45 @@ def test_the_claim_finds_its_rows_by_primary_key_when_statistics_are_stale(app, 
     assert "deliveries_pkey" in plan and "ix_deliveries_due" not in plan and "Seq Scan on deliveries" not in plan, plan
 
 
+def test_a_claim_sets_only_columns_no_index_holds():
+    """PostgreSQL writes an UPDATE that changes no indexed column as a heap-only tuple in the
+    page's free room (deliveries keep 30 % free): a claim then adds no index entries at all."""
+    from dashboard.delivery.engine import _CLAIM
+
+    set_clause = str(_CLAIM.compile()).split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    claimed = {assignment.split("=", 1)[0].strip() for assignment in set_clause.split(",")}
+    indexed = {column.name for index in Delivery.__table__.indexes for column in index.columns}
+    indexed |= {column.name for column in Delivery.__table__.primary_key}
+    assert claimed == {"lease_token", "lease_expires_at"} and not claimed & indexed
+    assert Delivery.__table__.dialect_options["postgresql"]["with"] == {"fillfactor": 70}
+
+
+@pytest.mark.postgres
+def test_the_sweeper_condition_can_use_the_due_index_in_a_generic_plan(app, producer, receiver, clock,
+                                                                        database_url):
+    """ix_deliveries_due holds only rows with a next attempt. Its predicate must follow from
+    "next_attempt_at <= :now" alone, so a prepared (generic) plan, which knows no parameter
+    values, can still use it; a predicate on the state list could not be proven from parameters."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a PostgreSQL planner question")
+    producer.subscribe(receiver.url + "/ok")
+    accepted = producer.publish()
+    deliver_due(app, clock)
+    assert delivery_of(accepted["id"]).next_attempt_at is None  # settled: out of the due index
+    connection = db.session.connection()
+    connection.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+    connection.exec_driver_sql("SET LOCAL enable_seqscan = off")
+    connection.exec_driver_sql("PREPARE due(varchar, varchar, timestamp) AS SELECT count(*) FROM deliveries "
+                               "WHERE state IN ($1, $2) AND next_attempt_at <= $3")
+    plan = "\n".join(connection.exec_driver_sql("EXPLAIN EXECUTE due('pending', 'scheduled', '2026-01-01')").scalars())
+    connection.exec_driver_sql("DEALLOCATE due")
+    definition = connection.exec_driver_sql(
+        "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_deliveries_due'").scalar_one()
+    db.session.rollback()
+    assert definition.endswith("WHERE (next_attempt_at IS NOT NULL)"), definition
+    assert "ix_deliveries_due" in plan, plan
+
+
 def test_a_succeeded_delivery_can_be_resent_by_id(app, producer, receiver, clock):
     sub = producer.subscribe(receiver.url + "/ok")
     accepted = producer.publish()
