@@ -220,7 +220,7 @@ class Attempt(db.Model):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     delivery_id: Mapped[str] = mapped_column(ForeignKey("deliveries.id"))
     number: Mapped[int] = mapped_column(Integer)
-    attempted_at: Mapped[dt.datetime] = mapped_column(DateTime, index=True)
+    attempted_at: Mapped[dt.datetime] = mapped_column(DateTime)  # not indexed: attempts are read by delivery
     duration_ms: Mapped[int] = mapped_column(Integer)
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(String(200))
