@@ -173,14 +173,17 @@ class Event(db.Model):
     deliveries: Mapped[list[Delivery]] = relationship(back_populates="event", order_by="Delivery.created_at")
 
 
+_HAS_NEXT_ATTEMPT = text("next_attempt_at IS NOT NULL")
+
+
 class Delivery(db.Model):
     """One event promised to one subscription; its attempts say how the promise is going."""
 
     __tablename__ = "deliveries"
     __table_args__ = (
         # Only rows with a next attempt: settled deliveries (the history) stay out of the queue's index.
-        Index("ix_deliveries_due", "state", "next_attempt_at", postgresql_where=text("next_attempt_at IS NOT NULL"),
-              sqlite_where=text("next_attempt_at IS NOT NULL")),
+        Index("ix_deliveries_due", "state", "next_attempt_at", postgresql_where=_HAS_NEXT_ATTEMPT,
+              sqlite_where=_HAS_NEXT_ATTEMPT),
         Index("ix_deliveries_subscription_state", "subscription_id", "state", "created_at"),
         # Free room on each page, so a claim (lease columns only) is a heap-only update: no index entries.
         {"postgresql_with": {"fillfactor": 70}},
