@@ -231,6 +231,33 @@ def test_a_delivery_is_never_claimed_twice(app, producer, receiver, clock):
     assert len(first) == 1 and second == []
 
 
+def test_waiting_work_is_sent_while_the_next_claim_is_under_way(app, producer, receiver, clock, monkeypatch):
+    """The database leasing the next batch must not stall the endpoint: work already claimed and
+    waiting for its subscription's turn keeps going out meanwhile."""
+    from dashboard.delivery import engine as engine_module
+    from dashboard.delivery.engine import DeliveryEngine
+    from dashboard.queue import WorkQueue
+
+    app.config["PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION"] = 1  # one at a time: the rest of a claim waits here
+    monkeypatch.setattr(engine_module, "POP_BATCH", 6)  # two claims of six
+    producer.subscribe(receiver.url + "/ok")
+    for _ in range(12):
+        producer.publish()
+    engine = DeliveryEngine(app, WorkQueue.for_app(app), clock)
+    claim, received_during_claims = engine.claim, []
+
+    def claim_that_waits_for_the_first_batch(ids):
+        if received_during_claims:  # the second claim: hold it until the first six have arrived
+            with receiver.arrived:
+                receiver.arrived.wait_for(lambda: len(receiver.requests) >= 6, timeout=5)
+        received_during_claims.append(len(receiver.requests))
+        return claim(ids)
+
+    engine.claim = claim_that_waits_for_the_first_batch
+    assert engine.drain(None, 20).succeeded == 12
+    assert received_during_claims == [0, 6]
+
+
 @pytest.mark.postgres
 def test_the_claim_finds_its_rows_by_primary_key_when_statistics_are_stale(app, producer, receiver, clock,
                                                                            database_url):

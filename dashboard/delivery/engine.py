@@ -328,26 +328,29 @@ class DeliveryEngine:
         while True:
             now = time.monotonic()
             popped = 0
+            if run.claiming is not None and run.claiming.done():
+                await run.take_claimed()
             room = min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight - run.local)
             # With work waiting here, refill only once half the room is free: a claim of a few
             # deliveries costs the database nearly what a claim of a hundred does.
             refill = room >= min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2) or not run.waiting_total
-            if now < deadline and refill and room > 0 and len(run.in_flight) < self.max_in_flight and now >= next_pop:
+            if (now < deadline and run.claiming is None and refill and room > 0
+                    and len(run.in_flight) < self.max_in_flight and now >= next_pop):
                 items = self.work.pop_ready(room)
                 popped = len(items)
                 ids = await run.admit(items)
                 if ids:
-                    await run.take(ids, await asyncio.to_thread(self.claim, ids))
+                    run.start_claim(ids)
                 else:
                     next_pop = now + POLL_SECONDS  # an empty list: do not ask Redis on every completion
-            if run.in_flight and not popped:
+            if (run.in_flight or run.claiming is not None) and not popped:
                 await run.wait(POLL_SECONDS)
             run.collect()
             await run.settle(final=now >= deadline)
             if run.finished and (len(run.finished) >= RECORD_BATCH
                                  or now - run.first_finished_at >= RECORD_DELAY_SECONDS):
                 await run.flush()
-            if not run.in_flight and not run.waiting_total and not popped:
+            if not run.in_flight and not run.waiting_total and not popped and run.claiming is None:
                 if run.finished and now < deadline:
                     wait = max(0.001, RECORD_DELAY_SECONDS - (now - run.first_finished_at))
                 else:
@@ -460,10 +463,25 @@ class _Run:
         self.done: list[asyncio.Task] = []
         self.wake = asyncio.Event()
         self.recording: asyncio.Future | None = None
+        # The claim under way in a thread, and the ids it asks for. While the database leases them,
+        # requests already in flight finish and waiting work is started: a claim awaited in place
+        # left both cores about 13 % idle.
+        self.claiming: asyncio.Future | None = None
+        self.claiming_ids: list[str] = []
 
     @property
     def local(self) -> int:
-        return len(self.in_flight) + self.waiting_total
+        return len(self.in_flight) + self.waiting_total + len(self.claiming_ids)
+
+    def start_claim(self, ids: list[str]) -> None:
+        self.claiming_ids = ids
+        self.claiming = asyncio.ensure_future(asyncio.to_thread(self.engine.claim, ids))
+        self.claiming.add_done_callback(lambda _: self.wake.set())
+
+    async def take_claimed(self) -> None:
+        claiming, ids = self.claiming, self.claiming_ids
+        self.claiming, self.claiming_ids = None, []
+        await self.take(ids, await claiming)  # raises what the claim raised: a failed claim fails the drain
 
     async def admit(self, items: list[str]) -> list[str]:
         """The delivery ids worth claiming now. Work for a subscription that already has its share
@@ -522,7 +540,7 @@ class _Run:
         self.wake.set()
 
     async def wait(self, timeout: float) -> None:
-        if self.done:
+        if self.done or (self.claiming is not None and self.claiming.done()):
             return
         self.wake.clear()
         with contextlib.suppress(asyncio.TimeoutError):
