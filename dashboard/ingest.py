@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from . import catalog
 from .clock import iso
 from .extensions import db
-from .ids import new_id
+from .ids import new_ids
 from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
 from .queue import WorkQueue, work_item
 from .validation import TYPE_RE, ApiError, check_fields
@@ -150,6 +150,7 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
     plans: dict[tuple, tuple] = {}
     results: list[Accepted | None] = []
     seen: dict[str, int] = {}  # an id repeated inside the batch is a duplicate of its first appearance
+    fresh_event_ids = iter(new_ids("evt", sum(1 for c in checked if c[2] is None)))
     events, promised = [], []  # promised: (event id, subscription id, active), one per delivery
     for index, (event_type, data, event_id, version, data_json, occurred_at) in enumerate(checked):
         if event_id in seen:
@@ -171,7 +172,7 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
                 catalog.validate_data(declared, data)
             except ApiError as exc:
                 raise at(index, exc) from None
-        event_id = event_id or new_id("evt")
+        event_id = event_id or next(fresh_event_ids)
         seen[event_id] = index
         events.append({"id": event_id, "type": event_type, "version": version, "data": data,
                        "body": thin_body(event_id, event_type, version,
@@ -180,8 +181,7 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
         promised.extend((event_id, subscription_id, active) for subscription_id, active in targets)
         results.append(Accepted(event_id, len(targets), False))
     deliveries, ready = [], []
-    for event_id, subscription_id, active in promised:
-        delivery_id = new_id("dlv")
+    for (event_id, subscription_id, active), delivery_id in zip(promised, new_ids("dlv", len(promised))):
         deliveries.append({"id": delivery_id, "event_id": event_id, "subscription_id": subscription_id,
                            "state": DeliveryState.PENDING if active else DeliveryState.HELD})
         if active:
