@@ -434,17 +434,20 @@ class DeliveryEngine:
                                      updated_at=now, lease_token=None, lease_expires_at=None))
         self.work.schedule(due)
 
-    def start(self, session, item: Claimed) -> tuple[asyncio.Task, dt.datetime]:
-        attempted_at = self.clock.now()
+    def start(self, session, item: Claimed, attempted_at: dt.datetime, timestamp: int) -> asyncio.Task:
+        """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts."""
         headers = http.delivery_headers(
             event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
             attempt_number=item.attempt_number, scheme=item.scheme, secrets=[self._secret(item)],
-            timestamp=int(unix(attempted_at)), body=item.body)
-        task = asyncio.ensure_future(http.post(
+            timestamp=timestamp, body=item.body)
+        return asyncio.get_running_loop().create_task(http.post(
             session, item.url, item.body, headers, connect_timeout=item.connect_timeout,
             attempt_timeout=item.attempt_timeout, excerpt_bytes=self.excerpt_bytes,
             allow_private=self.allow_private))
-        return task, attempted_at
+
+    def now_for_starts(self) -> tuple[dt.datetime, int]:
+        now = self.clock.now()
+        return now, int(unix(now))
 
 
 class _Run:
@@ -514,11 +517,12 @@ class _Run:
         stats.skipped += len(ids) - len(items)  # stale or duplicate ids: someone else has them, or they are done
         to_hold = []
         lease_deadline = time.monotonic() + engine.lease_seconds * LEASE_SAFETY
+        now = engine.now_for_starts()
         for item in items:
             if item.subscription_state != SubscriptionState.ACTIVE:
                 to_hold.append(item)
             elif self.per_subscription[item.subscription_id] < engine.per_subscription:
-                self._send(item, token)
+                self._send(item, token, now)
             else:
                 self.waiting.setdefault(item.subscription_id, deque()).append((item, token, lease_deadline))
                 self.waiting_total += 1
@@ -526,8 +530,9 @@ class _Run:
             await asyncio.to_thread(engine.hold, to_hold, token)
             stats.held += len(to_hold)
 
-    def _send(self, item: Claimed, token: str) -> None:
-        task, attempted_at = self.engine.start(self.session, item)
+    def _send(self, item: Claimed, token: str, now: tuple[dt.datetime, int]) -> None:
+        attempted_at = now[0]
+        task = self.engine.start(self.session, item, *now)
         sub = item.subscription_id
         began = time.monotonic()
         self.per_subscription[sub] += 1
@@ -563,13 +568,15 @@ class _Run:
             self.finished.append((item, token, attempted_at, result))
             freed.add(sub)
         now = time.monotonic()
+        starts_at = None
         for sub in freed:
             queue = self.waiting.get(sub)
             while queue and self.per_subscription[sub] < self.engine.per_subscription:
                 item, token, lease_deadline = queue.popleft()
                 self.waiting_total -= 1
                 if now < lease_deadline:
-                    self._send(item, token)
+                    starts_at = starts_at or self.engine.now_for_starts()
+                    self._send(item, token, starts_at)
                 # else: the lease is too close to running out to start now; the sweeper hands it on.
 
     async def settle(self, final: bool) -> None:
