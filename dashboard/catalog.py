@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jsonschema
 from flask import current_app
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 
 from .clock import iso
@@ -54,14 +54,20 @@ def for_team(team: Team) -> list[EventType]:
                               .order_by(EventType.name, EventType.version)).all()
 
 
+# Built once: ingest asks on every request, and building and keying a statement cost more than running it.
+_NAMED = select(EventType).where(EventType.team_id == bindparam("team_id"), EventType.name == bindparam("name"))
+_LATEST = _NAMED.order_by(EventType.version.desc()).limit(1)
+_EXACT = _NAMED.where(EventType.version == bindparam("version"))
+
+
 def resolve(team: Team, event_type: str, version: int | None) -> tuple[int, EventType | None]:
     """The version an event is published as, and its declaration if there is one."""
-    query = select(EventType).where(EventType.team_id == team.id, EventType.name == event_type)
+    params = {"team_id": team.id, "name": event_type}
     if version is None:
-        declared = db.session.scalar(query.order_by(EventType.version.desc()).limit(1))
+        declared = db.session.scalar(_LATEST, params)
         version = declared.version if declared else 1
     else:
-        declared = db.session.scalar(query.where(EventType.version == version))
+        declared = db.session.scalar(_EXACT, params | {"version": version})
     if declared is None and team.strict_event_types:
         raise ApiError(422, f"event type {event_type!r} version {version} is not declared in the catalog, "
                             "and this team accepts declared types only (strict mode)")

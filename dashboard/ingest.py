@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import redis
 
 from flask import current_app
-from sqlalchemy import String, Table, insert, select
+from sqlalchemy import String, Table, bindparam, insert, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 
@@ -68,8 +68,8 @@ def validate_event(payload, cap: int) -> tuple[str, dict, str | None, int | None
     return event_type, data, event_id, version, data_json
 
 
-def wants(sub: Subscription, event_type: str, version: int) -> bool:
-    """Does the subscription take this type at this version?"""
+def wants(sub, event_type: str, version: int) -> bool:
+    """Does the subscription (or its routing row: event_types, event_versions) take this type at this version?"""
     pinned = (sub.event_versions or {}).get(event_type)
     return (pinned is None or pinned == version) and any(fnmatch.fnmatchcase(event_type, p) for p in sub.event_types)
 
@@ -84,19 +84,27 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
             f'"timestamp":{_json_str(timestamp)},"data":{data_json}}}')
 
 
+# Built once (ingest runs them on every request): what routing needs of each subscription, and the
+# event a repeated Idempotency-Key names.
+_ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions) \
+    .where(Subscription.team_id == bindparam("team_id"))
+_EVENTS_BY_ID = select(Event).where(Event.id.in_(bindparam("ids", expanding=True)))
+_BY_IDEMPOTENCY_KEY = select(Event).where(Event.team_id == bindparam("team_id"),
+                                          Event.idempotency_key == bindparam("key"))
+
+
 def _stored_events(event_ids: list[str]) -> dict[str, Event]:
     """The already stored events among these ids, in one query rather than one per event."""
     if not event_ids:
         return {}
-    return {e.id: e for e in db.session.scalars(select(Event).where(Event.id.in_(set(event_ids))))}
+    return {e.id: e for e in db.session.scalars(_EVENTS_BY_ID, {"ids": list(set(event_ids))})}
 
 
 def _existing(team: Team, event_id: str | None, idempotency_key: str | None,
               stored: dict[str, Event] | None = None) -> Event | None:
     """The event a key or id already names. `stored`: the batch's ids already looked up (_stored_events)."""
     if idempotency_key:
-        found = db.session.scalar(select(Event).where(Event.team_id == team.id,
-                                                      Event.idempotency_key == idempotency_key))
+        found = db.session.scalar(_BY_IDEMPOTENCY_KEY, {"team_id": team.id, "key": idempotency_key})
         if found:
             return found
     if event_id:
@@ -144,7 +152,7 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
 
     now = current_app.config["CLOCK"].now()
     now_iso = iso(now)
-    subscriptions = db.session.scalars(select(Subscription).where(Subscription.team_id == team.id)).all()
+    subscriptions = db.session.execute(_ROUTING, {"team_id": team.id}).all()
     stored = _stored_events([c[2] for c in checked if c[2]])
     # (type, asked version) -> (version, declaration, [(subscription id, active)] that want it): once per batch
     plans: dict[tuple, tuple] = {}

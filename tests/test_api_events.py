@@ -88,6 +88,18 @@ def test_it_rejects_bad_tokens(client, headers, status, words):
     assert counts() == (0, 0)
 
 
+def test_a_revoked_token_is_refused_at_once(producer, clock):
+    from dashboard.models import ApiToken
+
+    producer.publish()
+    for token in db.session.scalars(select(ApiToken).where(ApiToken.team_id == producer.team.id)):
+        token.revoked_at = clock.now()
+    db.session.commit()
+    resp = producer.post("/api/v1/events", {"type": "a.b"})
+    assert resp.status_code == 401 and "invalid or revoked token" in resp.get_json()["error"]
+    assert counts()[0] == 1
+
+
 @pytest.mark.parametrize("payload, status, words", [
     ({"data": {}}, 400, "missing required field(s): type"),
     ({"type": 5}, 400, "type must be a string"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 import functools
 
 from flask import g, jsonify, request
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from .. import catalog
 from .. import contract as contract_service
@@ -19,6 +19,11 @@ from .openapi import document
 PAGE_LIMIT = 100
 
 
+# Built once: every API request runs it (the revoked check stays in the query, so revoking takes effect at once).
+_TEAM_BY_TOKEN = (select(Team).join(ApiToken, ApiToken.team_id == Team.id)
+                  .where(ApiToken.token_sha256 == bindparam("digest"), ApiToken.revoked_at.is_(None)))
+
+
 def token_required(view):
     @functools.wraps(view)
     def wrapped(*args, **kwargs):
@@ -26,9 +31,7 @@ def token_required(view):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <team token>'")
-        team = db.session.scalar(select(Team).join(ApiToken, ApiToken.team_id == Team.id)
-                                 .where(ApiToken.token_sha256 == ApiToken.digest(token.strip()),
-                                        ApiToken.revoked_at.is_(None)))
+        team = db.session.scalar(_TEAM_BY_TOKEN, {"digest": ApiToken.digest(token.strip())})
         if team is None:
             raise ApiError(401, "invalid or revoked token")
         g.team = team
