@@ -80,11 +80,16 @@ def _by_ids(array: bool):
 # no index matches. On a queue table the statistics are always stale (rows turn due and settled by
 # the thousand between ANALYZEs), and a plan through ix_deliveries_due read every due row for each
 # claim: 775 us of PostgreSQL CPU per delivery at 80,000 pending, against 20 us by primary key.
+# Plain equalities, not IN (...): a constant IN list is an expanding parameter, rendered anew at every
+# execution (with its casts): a third of a small claim's CPU.
+_DUE_STATE = or_(*(D.c.state == state for state in DeliveryState.DUE))
+
+
 def _claim(array: bool):
     return (
         update(D)
         .where(_by_ids(array),
-               and_(D.c.state.in_(DeliveryState.DUE), D.c.next_attempt_at <= bindparam("now"),
+               and_(_DUE_STATE, D.c.next_attempt_at <= bindparam("now"),
                     or_(D.c.lease_expires_at.is_(None), D.c.lease_expires_at < bindparam("now"))).is_(True))
         .values(lease_token=bindparam("token"), lease_expires_at=bindparam("until"))
     )
