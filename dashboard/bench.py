@@ -110,7 +110,9 @@ def _raw_main(conn, jobs: list[tuple[str, str, str]], in_flight: int) -> None:
         ok = failed = 0
         queue = iter(jobs)
         connector = aiohttp.TCPConnector(limit=in_flight, limit_per_host=0)
-        async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        # The same client settings as the workers' (no cookie jar, no decompression).
+        async with aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                         cookie_jar=aiohttp.DummyCookieJar()) as session:
             async def one_lane():
                 nonlocal ok, failed
                 for url, event_id, body in queue:

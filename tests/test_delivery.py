@@ -118,6 +118,25 @@ def test_a_private_address_is_refused_when_sending_too(app, producer, receiver, 
     assert receiver.count("/hook") == 0
 
 
+def test_cookies_a_receiver_sets_are_never_sent_to_anyone(app, producer, receiver, clock):
+    """Endpoints of different teams share hosts: a cookie one of them sets must not reach the others."""
+    by_name = receiver.url.replace("127.0.0.1", "localhost")  # a host name: cookie jars skip IP addresses
+    from dashboard.delivery.engine import DeliveryEngine
+    from dashboard.queue import WorkQueue
+
+    producer.subscribe(by_name + "/cookie")
+    producer.subscribe(by_name + "/ok")
+    engine = DeliveryEngine(app, WorkQueue.for_app(app), clock, keep_alive=True)  # as a worker keeps it
+    try:
+        for _ in range(2):
+            producer.publish()
+            assert engine.drain(None, 20).succeeded == 2
+    finally:
+        engine.close()
+    assert len(receiver.requests) == 4
+    assert not [r.path for r in receiver.requests if "Cookie" in r.headers]
+
+
 def test_a_4xx_stops_after_three_attempts(app, producer, receiver, clock):
     producer.subscribe(receiver.url + "/status/400")
     accepted = producer.publish()

@@ -320,7 +320,10 @@ class DeliveryEngine:
             # Pooled keep-alive connections, kept across drain jobs by a keep-alive engine.
             connector = aiohttp.TCPConnector(limit=self.max_in_flight, limit_per_host=0,
                                              resolver=None if self.allow_private else PublicOnlyResolver())
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+            # No cookie jar: endpoints of different teams share hosts, and a cookie one of them sets
+            # must never be sent to another (nor back to itself: a delivery is not a browsing session).
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                                  cookie_jar=aiohttp.DummyCookieJar())
         return self._session
 
     async def _drain(self, slot_token, budget_seconds, linger_seconds) -> DrainStats:

@@ -6,6 +6,7 @@
   /redirect         302 to /redirect-target (which must never be hit)
   /status/<code>    that status (e.g. /status/400, /status/410, /status/429)
   /ratelimit/<s>    429 with Retry-After: <s>
+  /cookie           200 with a Set-Cookie (which a sender must never send back)
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class Receiver:
             return int(arg), {}
         if kind == "ratelimit":
             return 429, {"Retry-After": arg}
+        if kind == "cookie":
+            return 200, {"Set-Cookie": "session=from-one-receiver; Path=/"}
         return 404, {}
 
     def count(self, path: str | None = None) -> int:
