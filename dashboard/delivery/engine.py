@@ -7,8 +7,8 @@ Redis is simply skipped.
 
 Throughput (measured with `promesa bench`, see the README): a worker keeps one event loop and
 one pooled aiohttp session across drain jobs and lingers briefly for new work; claiming is one
-statement on PostgreSQL; attempts are written in the background (COPY on PostgreSQL) while
-requests go on. A subscription with its share of requests in flight keeps a couple of seconds
+statement on PostgreSQL, and like the attempts (written with COPY on PostgreSQL) it runs in a
+thread while requests go on. A subscription with its share of requests in flight keeps a couple of seconds
 of work waiting here, and hands the rest back paced at the speed it answers, so a slow
 endpoint neither blocks the others nor gets claimed and handed back every second.
 """
