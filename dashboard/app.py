@@ -43,12 +43,12 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     from .api import bp as api_bp
     from .auth import bp as auth_bp
-    from .views import bp as views_bp
+    from .pages import bp as pages_bp
 
     app.register_blueprint(api_bp)
     csrf.exempt(api_bp)  # the API authenticates with bearer tokens, not cookies
     app.register_blueprint(auth_bp)
-    app.register_blueprint(views_bp)
+    app.register_blueprint(pages_bp)
     return app
 
 

@@ -1,4 +1,4 @@
-"""Dashboard sign-in (Flask-Login) and the role checks every view goes through."""
+"""Dashboard sign-in (Flask-Login). Who may do what once signed in: `dashboard.access`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,9 @@ from flask_login import current_user, login_required, login_user, logout_user
 from sqlalchemy import select
 
 from .extensions import db, login_manager
-from .models import Subscription, User
+from .models import User
 
 bp = Blueprint("auth", __name__)
-
-# Operators and admins see and repair every team's subscriptions; owners and members their own team's.
-GLOBAL_ROLES = {"admin", "operator"}
 
 
 @login_manager.user_loader
@@ -20,26 +17,17 @@ def load_user(user_id: str):
     return db.session.get(User, int(user_id)) if user_id.isdigit() else None
 
 
-def can_view(user, sub: Subscription) -> bool:
-    return user.role in GLOBAL_ROLES or (user.team_id is not None and user.team_id == sub.team_id)
-
-
-def can_operate(user, sub: Subscription) -> bool:
-    """Pause, resume, replay: operators anywhere, owners on their own team."""
-    return user.role in GLOBAL_ROLES or (user.role == "owner" and user.team_id == sub.team_id)
-
-
 def _safe_next(target: str | None) -> str:
     # Only local paths: never bounce a fresh login to another site.
     if target and target.startswith("/") and not target.startswith("//"):
         return target
-    return url_for("views.index")
+    return url_for("pages.overview")
 
 
 @bp.route("/login", methods=["GET", "POST"])
 def login():
     if current_user.is_authenticated:
-        return redirect(url_for("views.index"))
+        return redirect(url_for("pages.overview"))
     if request.method == "POST":
         email = request.form.get("email", "").strip().lower()
         user = db.session.scalar(select(User).where(User.email == email))

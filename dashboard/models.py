@@ -27,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 from werkzeug.security import check_password_hash, generate_password_hash
 
+from .access import ROLES
 from .clock import utcnow
 from .extensions import db
 from .ids import new_id
@@ -70,7 +71,7 @@ class Team(db.Model):
 class User(UserMixin, db.Model):
     __tablename__ = "users"
 
-    ROLES = ("admin", "operator", "owner", "member")
+    ROLES = ROLES  # what each may do: dashboard.access
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     email: Mapped[str] = mapped_column(String(254), unique=True)
@@ -230,3 +231,29 @@ class Attempt(db.Model):
     response_excerpt: Mapped[str | None] = mapped_column(Text)
 
     delivery: Mapped[Delivery] = relationship(back_populates="attempts")
+
+
+class AuditEntry(db.Model):
+    """Who changed what, when: every state change from the dashboard, the API or the system itself."""
+
+    __tablename__ = "audit_entries"
+    __table_args__ = (
+        Index("ix_audit_entries_subscription_at", "subscription_id", "at"),
+        Index("ix_audit_entries_team_at", "team_id", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime] = mapped_column(DateTime, index=True)
+    # "user", "token" or "system"; actor is then the email, the token's display prefix, or "system".
+    actor_kind: Mapped[str] = mapped_column(String(10))
+    actor: Mapped[str] = mapped_column(String(254))
+    # What happened, as a dotted name: "subscription.paused", "token.revoked", "replay.started".
+    action: Mapped[str] = mapped_column(String(60), index=True)
+    team_id: Mapped[int | None] = mapped_column(Integer)  # no foreign keys: the log outlives what it names
+    subscription_id: Mapped[str | None] = mapped_column(String(40))
+    # Another object the change was about (a user, a token, a replay), as "kind:id".
+    target: Mapped[str | None] = mapped_column(String(120))
+    # How many deliveries the change touched (held, released, replayed), when it touched any.
+    deliveries: Mapped[int | None] = mapped_column(Integer)
+    # Anything else worth keeping: a reason, before/after of an edit (secrets never).
+    detail: Mapped[dict | None] = mapped_column(JSON)

@@ -7,7 +7,7 @@ import math
 from flask import current_app
 from sqlalchemy import or_, select, update
 
-from . import crypto, signing
+from . import audit, crypto, signing
 from .clock import iso
 from .delivery.policies import POLICY_NAMES
 from .delivery.targets import url_problem
@@ -64,6 +64,8 @@ def create(team: Team, payload) -> tuple[Subscription, str]:
                        attempt_timeout=attempt_timeout, max_age_seconds=int(max_age),
                        secret_ciphertext=crypto.encrypt(secret), state=SubscriptionState.ACTIVE)
     db.session.add(sub)
+    db.session.flush()  # its id, for the audit entry
+    audit.record("subscription.created", subscription=sub, detail={"url": sub.url})
     db.session.commit()
     return sub, secret
 
@@ -78,6 +80,7 @@ def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
         update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
                                or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
         .values(state=DeliveryState.HELD, updated_at=now)).rowcount
+    audit.record("subscription.paused", subscription=sub, deliveries=held, detail={"reason": reason})
     db.session.commit()
     return held
 
@@ -91,6 +94,7 @@ def resume(sub: Subscription) -> int:
         update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.HELD)
         .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
         .returning(Delivery.id)).all()
+    audit.record("subscription.resumed", subscription=sub, deliveries=len(ids))
     db.session.commit()
     enqueue([work_item(sub.id, i) for i in ids])
     return len(ids)
@@ -114,6 +118,8 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
                      schedule_started_at=now,
                      dead_lettered_at=None, succeeded_at=None, lease_token=None, lease_expires_at=None)
         .returning(Delivery.id)).all()
+    audit.record("deliveries.replayed", subscription=sub, deliveries=len(ids),
+                 detail={"delivery_ids": delivery_ids[:20]} if delivery_ids else {"which": "all dead letters"})
     db.session.commit()
     if target == DeliveryState.PENDING:
         enqueue([work_item(sub.id, i) for i in ids])

@@ -20,7 +20,7 @@ PAGE_LIMIT = 100
 
 
 # Built once: every API request runs it (the revoked check stays in the query, so revoking takes effect at once).
-_TEAM_BY_TOKEN = (select(Team).join(ApiToken, ApiToken.team_id == Team.id)
+_TEAM_BY_TOKEN = (select(Team, ApiToken.display_prefix).join(ApiToken, ApiToken.team_id == Team.id)
                   .where(ApiToken.token_sha256 == bindparam("digest"), ApiToken.revoked_at.is_(None)))
 
 
@@ -31,10 +31,10 @@ def token_required(view):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <team token>'")
-        team = db.session.scalar(_TEAM_BY_TOKEN, {"digest": ApiToken.digest(token.strip())})
-        if team is None:
+        found = db.session.execute(_TEAM_BY_TOKEN, {"digest": ApiToken.digest(token.strip())}).first()
+        if found is None:
             raise ApiError(401, "invalid or revoked token")
-        g.team = team
+        g.team, g.api_token_prefix = found  # the prefix names the actor in the audit log
         return view(*args, **kwargs)
 
     return wrapped
