@@ -257,3 +257,18 @@ class AuditEntry(db.Model):
     deliveries: Mapped[int | None] = mapped_column(Integer)
     # Anything else worth keeping: a reason, before/after of an edit (secrets never).
     detail: Mapped[dict | None] = mapped_column(JSON)
+
+
+class OutcomeCount(db.Model):
+    """Attempts per subscription per minute, by outcome: what every chart, health figure and alert
+    rule reads, so none of them scans the attempts table. Written by the delivery engine in the
+    same transaction as the attempts it counts."""
+
+    __tablename__ = "outcome_counts"
+
+    subscription_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    minute: Mapped[dt.datetime] = mapped_column(DateTime, primary_key=True)  # the minute's start, UTC
+    succeeded: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)  # attempts that failed, retried or not
+    dead: Mapped[int] = mapped_column(Integer, default=0)  # deliveries given up on in that minute
+    duration_ms: Mapped[int] = mapped_column(BigInteger, default=0)  # summed, for the average latency
