@@ -103,6 +103,7 @@ class ApiToken(db.Model):
 
     __tablename__ = "api_tokens"
     PREFIX = "pk_"
+    DISPLAY_LENGTH = 10  # how much of a token is kept in the clear, to name it in lists
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
@@ -120,7 +121,7 @@ class ApiToken(db.Model):
     @classmethod
     def issue(cls, team: Team) -> tuple[ApiToken, str]:
         token = cls.PREFIX + secrets.token_urlsafe(32)
-        return cls(team=team, token_sha256=cls.digest(token), display_prefix=token[:10]), token
+        return cls(team=team, token_sha256=cls.digest(token), display_prefix=token[:cls.DISPLAY_LENGTH]), token
 
 
 class Subscription(db.Model):
