@@ -1,5 +1,5 @@
 """SQLAlchemy helpers shared by the claims and the ordering store. SQLAlchemy is imported
-here lazily, only when a SQL-backed object is built, so ``dashboard.receiver`` itself needs
+here lazily, only when a SQL-backed object is built, so ``promesa_receiver`` itself needs
 nothing beyond the standard library."""
 
 from __future__ import annotations
