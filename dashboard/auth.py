@@ -19,8 +19,6 @@ from .models import Subscription, User
 
 bp = Blueprint("auth", __name__)
 
-EMAIL_MAX_LENGTH = 254  # the users.email column
-
 # Operators and admins see and repair every team's subscriptions; owners and members their own team's.
 GLOBAL_ROLES = {"admin", "operator"}
 
@@ -54,16 +52,23 @@ def is_local_path(target: str | None) -> bool:
     so "/<tab>/evil.example/" means "//evil.example/": refuse control characters and backslashes outright."""
     if not target or not target.startswith("/") or target.startswith("//"):
         return False
-    if "\\" in target or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target):
+    if "\\" in target or _has_control_character(target):
         return False
     parts = urlsplit(target)
     return not parts.scheme and not parts.netloc
 
 
+EMAIL_MAX_LENGTH = 254  # the users.email column
+
+
+def _has_control_character(text: str) -> bool:
+    return any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
+
+
 def _email_problem(email: str) -> str | None:
     if len(email) > EMAIL_MAX_LENGTH:
         return f"The email address is longer than {EMAIL_MAX_LENGTH} characters."
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in email):
+    if _has_control_character(email):
         return "The email address contains a control character."
     return None
 

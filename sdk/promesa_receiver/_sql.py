@@ -11,7 +11,7 @@ def sqlalchemy():
     try:
         import sqlalchemy as sa
     except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
-        raise ImportError("the SQL-backed receiver helpers need SQLAlchemy: pip install 'sqlalchemy>=2'") from exc
+        raise ImportError("the SQL-backed receiver helpers need SQLAlchemy: install 'promesa-receiver[sql]'") from exc
     return sa
 
 
