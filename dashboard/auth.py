@@ -114,6 +114,7 @@ def login():
             return page, 429, {"Retry-After": str(refusal.retry_after_seconds)}
         user = db.session.scalar(select(User).where(User.email == email))
         if _password_matches(user, password):
+            throttle.succeeded(email)
             _fresh_session()  # nothing from before the sign-in (a CSRF token, a planted session) survives it
             login_user(user)
             return redirect(_safe_next(request.args.get("next")))

@@ -64,6 +64,14 @@ class LoginThrottle:
             log.warning("login throttle unavailable (Redis unreachable): sign-in allowed unthrottled")
         return None
 
+    def succeeded(self, email: str) -> None:
+        """The account's owner got in: their earlier typos no longer count against the account."""
+        _, limit, identifiers = self._checks(email, None)[0]
+        try:
+            self._limiter.clear(limit, *identifiers)
+        except redis.RedisError:
+            log.warning("login throttle unavailable (Redis unreachable): the account's count was not reset")
+
     def failed(self, email: str, address: str | None) -> None:
         try:
             for _, limit, identifiers in self._checks(email, address):

@@ -3,7 +3,7 @@ and the proxy headers trusted only when a proxy is configured (PROMESA_TRUSTED_P
 
 from __future__ import annotations
 
-from flask import Flask, request
+from flask import Flask, abort, request
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 
@@ -33,7 +33,18 @@ def init_app(app: Flask) -> None:
         # Only behind a configured proxy may X-Forwarded-For/-Proto decide the client's address and https.
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies)
     app.session_interface = SessionCookieSecureOverHttps()
+    app.before_request(_refuse_nul_in_page_addresses)
     app.after_request(_security_headers)
+
+
+def _refuse_nul_in_page_addresses():
+    # PostgreSQL cannot compare text with NUL in it (a 500); no page address has one. The API answers
+    # bad input in its own JSON shape, so it checks its own.
+    if request.blueprint == "api":
+        return None
+    if "\x00" in request.path or any("\x00" in k or "\x00" in v for k, v in request.args.items(multi=True)):
+        abort(400, description="The address contains a NUL character.")
+    return None
 
 
 def _security_headers(response):

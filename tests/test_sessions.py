@@ -105,6 +105,16 @@ def test_failed_sign_ins_are_throttled_per_account(site):
 
 
 @SQLITE_ONLY
+def test_signing_in_forgives_the_accounts_earlier_typos(site):
+    for _ in range(4):
+        assert sign_in(site.test_client(), "admin@example.com", "typo").status_code == 401
+    assert sign_in(site.test_client(), "admin@example.com", "pw-admin").status_code == 302
+    for _ in range(4):
+        assert sign_in(site.test_client(), "admin@example.com", "typo").status_code == 401
+    assert sign_in(site.test_client(), "admin@example.com", "pw-admin").status_code == 302
+
+
+@SQLITE_ONLY
 def test_failed_sign_ins_are_throttled_per_address_across_web_processes(app, config, users):
     # Two app instances stand for two gunicorn workers: they share the count through Redis.
     config = {**config, "PROMESA_LOGIN_LIMIT_PER_ADDRESS": "3 per 15 minutes"}
@@ -157,6 +167,15 @@ def test_a_nul_in_the_email_is_a_400(site):
     assert resp.status_code == 400 and "control character" in resp.get_data(as_text=True)
 
 
+@pytest.mark.parametrize("path", ["/subscriptions/sub%00x", "/deliveries/dlv%00x", "/subscriptions/sub_x?state=a%00b",
+                                  "/?a%00=b"])
+def test_a_nul_in_a_page_address_is_a_400(site, path):
+    client = site.test_client()
+    sign_in(client, "admin@example.com", "pw-admin")
+    resp = client.get(path)
+    assert resp.status_code == 400 and "NUL" in resp.get_data(as_text=True)
+
+
 # -- cookies --------------------------------------------------------------------------------------
 def session_cookie(resp) -> str:
     cookies = [c for c in resp.headers.getlist("Set-Cookie") if c.startswith("session=")]
@@ -206,3 +225,13 @@ def test_static_files_may_be_cached(client):
     resp = client.get("/static/promesa.css")
     assert resp.status_code == 200 and "no-store" not in resp.headers.get("Cache-Control", "")
     assert resp.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_gunicorn_leaves_forwarded_headers_to_the_app():
+    from gunicorn.config import Config
+
+    from dashboard import webserver
+
+    cfg = Config()
+    cfg.set("forwarded_allow_ips", webserver.forwarded_allow_ips)
+    assert cfg.forwarded_allow_ips == []  # its default trusts 127.0.0.1 to say "https"
