@@ -9,6 +9,7 @@ from flask import Flask
 from sqlalchemy import event
 
 from . import config as config_module
+from . import websecurity
 from .clock import SystemClock
 from .extensions import csrf, db, login_manager, migrate
 
@@ -40,6 +41,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     login_manager.init_app(app)
     login_manager.login_view = "auth.login"
     csrf.init_app(app)
+    websecurity.init_app(app)
 
     from .api import bp as api_bp
     from .auth import bp as auth_bp

@@ -81,6 +81,39 @@ def tokens_create(team_name):
     click.echo(plaintext)
 
 
+@tokens.command("list")
+@click.option("--team", "team_name", help="only this team's tokens")
+def tokens_list(team_name):
+    """Every token's prefix, team, creation and revocation time (the token itself is never kept)."""
+    query = select(ApiToken, Team.name).join(Team, ApiToken.team_id == Team.id).order_by(ApiToken.id)
+    if team_name:
+        query = query.where(Team.name == team_name)
+    click.echo(f"{'prefix':<12} {'team':<20} {'created (UTC)':<20} revoked (UTC)")
+    for token, team in db.session.execute(query):
+        revoked = f"{token.revoked_at:%Y-%m-%d %H:%M:%S}" if token.revoked_at else "-"
+        click.echo(f"{token.display_prefix:<12} {team:<20} {token.created_at:%Y-%m-%d %H:%M:%S}  {revoked}")
+
+
+@tokens.command("revoke")
+@click.argument("prefix_or_token")
+def tokens_revoke(prefix_or_token):
+    """Revoke a token, named by the prefix `tokens list` shows (or the whole token); the API refuses it at once."""
+    value = prefix_or_token.strip()
+    matches = db.session.scalars(select(ApiToken).where(
+        (ApiToken.display_prefix == value) | (ApiToken.token_sha256 == ApiToken.digest(value)))).all()
+    if not matches:
+        raise click.ClickException(f"no token with the prefix {value[:ApiToken.DISPLAY_LENGTH]!r}")
+    if len(matches) > 1:
+        raise click.ClickException(f"{len(matches)} tokens share the prefix {value!r}: pass the whole token")
+    token = matches[0]
+    if token.revoked_at is not None:
+        click.echo(f"token {token.display_prefix} was already revoked at {token.revoked_at:%Y-%m-%d %H:%M:%S} UTC")
+        return
+    token.revoked_at = current_app.config["CLOCK"].now()
+    db.session.commit()
+    click.echo(f"revoked token {token.display_prefix} of team {token.team.name}")
+
+
 @cli.command()
 @click.option("--burst", is_flag=True, help="deliver what is queued, then exit")
 def worker(burst):

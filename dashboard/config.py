@@ -81,6 +81,14 @@ DEFAULTS = {
     "SQLALCHEMY_ENGINE_OPTIONS": {},
     # A dashboard stays open for hours: the CSRF token lives as long as the session.
     "WTF_CSRF_TIME_LIMIT": None,
+    # The session cookie never rides along on a cross-site POST; `Secure` is added per request over https.
+    "SESSION_COOKIE_SAMESITE": "Lax",
+    "SESSION_COOKIE_HTTPONLY": True,
+    # How many reverse proxies in front of the web may set X-Forwarded-For/-Proto (0: trust none).
+    "PROMESA_TRUSTED_PROXIES": 0,
+    # Failed sign-ins allowed per account and per client address before a 429 (limits' notation).
+    "PROMESA_LOGIN_LIMIT_PER_ACCOUNT": "5 per 15 minutes",
+    "PROMESA_LOGIN_LIMIT_PER_ADDRESS": "30 per 15 minutes",
     "PROMESA_REDIS_PREFIX": "promesa",
     "PROMESA_QUEUE": "promesa",
     # How many drain jobs may run at once across all workers.

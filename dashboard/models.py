@@ -79,8 +79,18 @@ class User(UserMixin, db.Model):
     role: Mapped[str] = mapped_column(String(20), default="member")
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    # Part of every session's id: raising it ends all of the user's sessions (the cookie alone cannot).
+    session_version: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
     team: Mapped[Team | None] = relationship()
+
+    def get_id(self) -> str:
+        """What Flask-Login keeps in the session cookie: the user and the session version it was issued for."""
+        return f"{self.id}:{self.session_version}"
+
+    def end_sessions(self) -> None:
+        """Every session cookie issued so far stops working, copies included."""
+        self.session_version += 1
 
     def set_password(self, password: str) -> None:
         self.password_hash = generate_password_hash(password)
@@ -94,6 +104,7 @@ class ApiToken(db.Model):
 
     __tablename__ = "api_tokens"
     PREFIX = "pk_"
+    DISPLAY_LENGTH = 10  # how much of a token is kept in the clear, to name it in lists
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
@@ -111,7 +122,7 @@ class ApiToken(db.Model):
     @classmethod
     def issue(cls, team: Team) -> tuple[ApiToken, str]:
         token = cls.PREFIX + secrets.token_urlsafe(32)
-        return cls(team=team, token_sha256=cls.digest(token), display_prefix=token[:10]), token
+        return cls(team=team, token_sha256=cls.digest(token), display_prefix=token[:cls.DISPLAY_LENGTH]), token
 
 
 class Subscription(db.Model):

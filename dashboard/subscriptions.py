@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 from flask import current_app
+from promesa_receiver import signing
 from sqlalchemy import or_, select, update
 
-from . import audit, crypto, signing
+from . import audit, crypto
 from .clock import iso
 from .delivery.policies import POLICY_NAMES
 from .delivery.targets import url_problem
