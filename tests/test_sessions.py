@@ -147,7 +147,7 @@ def test_an_unknown_email_costs_one_password_hash_like_a_known_one(client, users
 @SQLITE_ONLY
 @pytest.mark.parametrize("next_path", ["%2F%09%2Fevil.example%2F", "//evil.example/", "/%5Cevil.example/",
                                        "%5C%5Cevil.example", "https://evil.example/", "/%0A/evil.example",
-                                       "/x%0D%0ASet-Cookie:%20a=b", "javascript:alert(1)", "%2F%00%2Fx"])
+                                       "/x%0D%0ASet-Cookie:%20a=b", "javascript:alert(1)"])
 def test_sign_in_never_redirects_off_site(site, next_path):
     resp = sign_in(site.test_client(), "admin@example.com", "pw-admin", next_path=next_path)
     assert resp.status_code == 302 and resp.headers["Location"] == "/"
@@ -168,7 +168,7 @@ def test_a_nul_in_the_email_is_a_400(site):
 
 
 @pytest.mark.parametrize("path", ["/subscriptions/sub%00x", "/deliveries/dlv%00x", "/subscriptions/sub_x?state=a%00b",
-                                  "/?a%00=b"])
+                                  "/?a%00=b", "/login?next=%2F%00%2Fx"])
 def test_a_nul_in_a_page_address_is_a_400(site, path):
     client = site.test_client()
     sign_in(client, "admin@example.com", "pw-admin")
