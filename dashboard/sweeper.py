@@ -14,6 +14,7 @@ import time
 
 from sqlalchemy import or_, select
 
+from . import incidents
 from .clock import unix
 from .extensions import db
 from .models import Delivery, DeliveryState
@@ -49,6 +50,7 @@ def sweep_once(app, clock=None) -> int:
         db.session.remove()
     if found:
         log.warning("sweeper re-enqueued %d due deliveries that had no live job", found)
+    incidents.evaluate(app, now)  # the rules, automatic disable, notifications: once a pass
     return found
 
 
