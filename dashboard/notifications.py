@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from flask import current_app
 from sqlalchemy import event as sa_event
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from . import audit, crypto, signing
@@ -39,7 +39,7 @@ from .extensions import db
 from .ids import new_ids
 from .ingest import enqueue, insert_rows, thin_body
 from .models import (Delivery, DeliveryState, Event, NotificationSink, OutcomeCount, Subscription, SubscriptionState,
-                     Team)
+                     SweepMark, Team)
 from .queue import work_item
 from .validation import ApiError
 
@@ -55,6 +55,7 @@ TEAM_EVENT_TYPES = tuple(sorted(f"promesa.{kind}" for kind in TEAM_EVENTS))
 _STAGED = "promesa_staged_work"
 # New dead letters are announced once this old: the engine's transaction that wrote one has committed.
 DEAD_LETTER_LAG = dt.timedelta(minutes=1)
+FIRST_LOOK_BACK = dt.timedelta(hours=1)  # how far back the very first pass looks
 MAX_DEAD_LETTER_EVENTS = 10_000  # per pass; the rest wait for the next one
 
 
@@ -144,7 +145,9 @@ def notify(kind: str, *, text: str, path: str, data: dict, team_id: int | None =
             bodies = {sub_id: slack if sink_kind == "slack" else thin for sub_id, sink_kind in sinks}
             staged += store_events(system_team().id, event_type, data, bodies)
     if kind in TEAM_EVENTS and team_id is not None:
-        staged += store_events(team_id, event_type, data, {sub_id: thin for sub_id in subscribers(team_id, event_type)})
+        # Not to the subscription it is about: it is the one failing.
+        wanting = [sub_id for sub_id in subscribers(team_id, event_type) if sub_id != data.get("subscription_id")]
+        staged += store_events(team_id, event_type, data, {sub_id: thin for sub_id in wanting})
     return staged
 
 
@@ -202,7 +205,7 @@ def publish_dead_letters(now: dt.datetime) -> int:
     from . import health  # noqa: PLC0415
 
     upto = now - DEAD_LETTER_LAG
-    found = health.mark("dead_letters", at=upto)
+    found = health.mark("dead_letters", at=upto - FIRST_LOOK_BACK)
     since = found.at
     if since >= upto or not health.move_mark(found, at=upto):
         db.session.commit()
@@ -213,7 +216,7 @@ def publish_dead_letters(now: dt.datetime) -> int:
     T = OutcomeCount.__table__
     with_dead = []
     for ids in health.chunks(candidates):
-        with_dead += db.session.scalars(select(T.c.subscription_id.distinct()).where(
+        with_dead += db.session.scalars(select(T.c.subscription_id).distinct().where(
             T.c.subscription_id.in_(ids), T.c.dead > 0,
             T.c.minute >= since.replace(second=0, microsecond=0) - dt.timedelta(minutes=5))).all()
     staged = 0
@@ -225,6 +228,8 @@ def publish_dead_letters(now: dt.datetime) -> int:
             .where(Delivery.subscription_id.in_(with_dead), Delivery.state == DeliveryState.DEAD,
                    Delivery.dead_lettered_at >= since, Delivery.dead_lettered_at < upto)
             .order_by(Delivery.dead_lettered_at).limit(MAX_DEAD_LETTER_EVENTS)).all()
+        if len(rows) == MAX_DEAD_LETTER_EVENTS:  # the rest on the next pass: the mark stops at the last one told
+            db.session.execute(update(SweepMark).where(SweepMark.name == found.name).values(at=rows[-1].dead_lettered_at))
         for delivery_id, sub_id, event_id, attempts, status, dead_at, event_type, team_id in rows:
             if event_type.startswith("promesa."):
                 continue  # an operational event's own dead letter announces nothing: no chains
