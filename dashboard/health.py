@@ -30,6 +30,7 @@ FIRST_FOLD = dt.timedelta(days=1)
 LATENCY_BUCKETS_MS = (25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 LATENCY_NAMES = tuple(f"latency_le_{ms}" for ms in LATENCY_BUCKETS_MS) + ("latency_count", "latency_sum_ms")
 CHUNK = 1000  # subscription ids per IN list
+FIRST_LATENCY_FOLD = 100_000  # on the first pass, the histogram takes in at most this many earlier attempts
 
 
 def mark(name: str, at: dt.datetime | None = None, position: int | None = None) -> SweepMark:
@@ -114,8 +115,9 @@ def fold_latency() -> int:
     taken when its row is written, and a transaction still open with lower ids would otherwise be
     skipped for good. A pass later (a minute), every such transaction has long committed."""
     newest = db.session.scalar(select(func.max(Attempt.id))) or 0
-    folded_to = mark("latency_folded", position=newest)
-    seen = mark("latency_seen", position=newest)
+    start = max(0, newest - FIRST_LATENCY_FOLD)
+    folded_to = mark("latency_folded", position=start)
+    seen = mark("latency_seen", position=start)
     lower, upper = folded_to.position, seen.position
     count = 0
     if upper > lower and move_mark(folded_to, position=upper):
