@@ -20,12 +20,16 @@ from .extensions import db
 from .models import AuditEntry, Subscription, SubscriptionHealth, SubscriptionState
 from .subscriptions import hold_waiting
 
+# What the engine writes when an endpoint answers 410 Gone (dashboard.delivery.policies).
+GONE_REASON = "endpoint answered 410 Gone"
 # A subscription's clock restarts at the latest of these.
 ENABLED_AGAIN = ("subscription.resumed", "subscription.enabled")
 
 
 def check(now: dt.datetime) -> list[str]:
-    """Disable what has failed for long enough; returns their ids."""
+    """Disable what has failed for long enough, and announce what the engine disabled (410 Gone);
+    returns the ids disabled here."""
+    announce_engine_disables()
     days = current_app.config["PROMESA_AUTO_DISABLE_DAYS"]
     cutoff = now - dt.timedelta(days=days)
     candidates = db.session.execute(
@@ -54,3 +58,25 @@ def check(now: dt.datetime) -> list[str]:
         disabled.append(sub.id)
     db.session.commit()
     return disabled
+
+
+def announce_engine_disables() -> int:
+    """The delivery engine disables a subscription whose endpoint answers 410 Gone, on its hot path,
+    with no audit entry and no notification. Here, a pass later, it gets both (once: the audit entry
+    written here is what marks it announced)."""
+    rows = db.session.execute(
+        select(Subscription).where(Subscription.state == SubscriptionState.DISABLED,
+                                   Subscription.state_reason == GONE_REASON)).scalars().all()
+    told = 0
+    for sub in rows:
+        announced = db.session.scalar(select(func.count()).select_from(AuditEntry).where(
+            AuditEntry.subscription_id == sub.id, AuditEntry.action == "subscription.disabled",
+            AuditEntry.at >= sub.updated_at))
+        if announced:
+            continue
+        audit.record("subscription.disabled", subscription=sub, actor=audit.SYSTEM,
+                     detail={"reason": sub.state_reason, "automatic": True})
+        notifications.subscription_disabled(sub, sub.state_reason)
+        told += 1
+    db.session.commit()
+    return told

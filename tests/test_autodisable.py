@@ -112,3 +112,20 @@ def test_the_days_are_configurable_and_a_success_stops_the_clock(app, producer, 
     # subscription at the pass 25 hours after the success. Only the new streak counts: a day after ITS clock.
     assert _state(sub["id"]) == "disabled"
     assert clock.now() - success_at > dt.timedelta(hours=25)
+
+
+def test_a_410_disable_by_the_engine_is_announced_and_audited_once(app, producer, clock, owners_endpoint):
+    with SwitchableReceiver(status=410) as gone:
+        sub = producer.subscribe(gone.url + "/hooks", event_types=["file.*"])
+        producer.subscribe(owners_endpoint.url + "/ops", event_types=["promesa.subscription.disabled"])
+        producer.publish()
+        deliver_due(app, clock)
+    assert _state(sub["id"]) == "disabled"
+    for _ in range(2):
+        sweep_once(app)
+        deliver_due(app, clock)
+    [entry] = db.session.scalars(select(AuditEntry).where(AuditEntry.action == "subscription.disabled")).all()
+    assert (entry.actor, entry.subscription_id, entry.detail["reason"]) == ("system", sub["id"],
+                                                                           "endpoint answered 410 Gone")
+    [told] = owners_endpoint.accepted_json()
+    assert told["type"] == "promesa.subscription.disabled" and told["data"]["subscription_id"] == sub["id"]
