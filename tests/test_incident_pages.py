@@ -78,6 +78,8 @@ def test_an_operator_replays_the_windows_dead_letters_from_the_incident(client, 
     before = receiver.count()
     deliver_due(app, clock)
     assert receiver.count() == before + 5
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "status 400 from /status/400" in page  # the evidence stays after the replay
 
 
 def test_an_operator_pauses_from_the_incident(client, auth, fired):

@@ -9,7 +9,7 @@ import math
 
 from flask import abort, current_app, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, select, union_all
 
 from .. import access, incidents, outcomes
 from .. import subscriptions as subscription_service
@@ -20,7 +20,7 @@ from . import bp
 LIST_LIMIT = 200
 # The evidence shown: the last distinct failures, the dead letters in the window (a replay takes them all).
 ERRORS_SHOWN = 10
-ERROR_CANDIDATES = 500  # the newest failing deliveries whose attempts are read for them
+ERROR_CANDIDATES = 200  # per delivery state: the newest deliveries whose attempts are read for them
 DEAD_SHOWN = 100
 REPLAY_LIMIT = 10_000
 # The chart: per minute around the incident, in at most this many bars (wider buckets beyond).
@@ -75,17 +75,21 @@ def chart(sub_id: str, incident: Incident) -> tuple[list[outcomes.Bucket], int, 
 
 def last_errors(sub_id: str, since: dt.datetime, until: dt.datetime) -> list:
     """The last distinct failures (status, error, response excerpt) of the window, newest first.
-    Attempts are read by delivery: those of the subscription's newest failing deliveries."""
-    failing = (select(Delivery.id).where(Delivery.subscription_id == sub_id,
-                                         Delivery.state.in_((DeliveryState.DEAD, DeliveryState.SCHEDULED,
-                                                             DeliveryState.HELD)))
-               .order_by(Delivery.created_at.desc()).limit(ERROR_CANDIDATES)).scalar_subquery()
+    Attempts are read by delivery: those of the subscription's newest deliveries created by the end of
+    the window, a bounded number in each state through the (subscription, state, created_at) index, so
+    the evidence stays after a replay (when they are pending or succeeded again)."""
+    newest = [select(per_state.c.id) for per_state in (
+        select(Delivery.id).where(Delivery.subscription_id == sub_id, Delivery.state == state,
+                                  Delivery.created_at <= until)
+        .order_by(Delivery.created_at.desc()).limit(ERROR_CANDIDATES).subquery()
+        for state in DeliveryState.ALL)]
     failed = (Attempt.status_code.is_(None)) | (Attempt.status_code < 200) | (Attempt.status_code >= 300) \
         | Attempt.error.is_not(None)
     return db.session.execute(
         select(Attempt.status_code, Attempt.error, Attempt.response_excerpt,
                func.max(Attempt.attempted_at).label("last"), func.count().label("times"))
-        .where(Attempt.delivery_id.in_(failing), Attempt.attempted_at >= since, Attempt.attempted_at <= until, failed)
+        .where(Attempt.delivery_id.in_(union_all(*newest)), Attempt.attempted_at >= since,
+               Attempt.attempted_at <= until, failed)
         .group_by(Attempt.status_code, Attempt.error, Attempt.response_excerpt)
         .order_by(func.max(Attempt.attempted_at).desc()).limit(ERRORS_SHOWN)).all()
 
