@@ -29,6 +29,9 @@ def sweep_once(app, clock=None) -> int:
     clock = clock or app.config["CLOCK"]
     work = WorkQueue.for_app(app)
     now = clock.now()
+    # The rules, automatic disable, notifications: once a pass, first, so a Redis outage (which stops
+    # what follows) cannot hide the backlog it causes. Each of its steps logs its own failure.
+    incidents.evaluate(app, now)
     work.promote_due(unix(now))
     queued = work.queued_ids()
     found, last_id = 0, ""
@@ -50,7 +53,6 @@ def sweep_once(app, clock=None) -> int:
         db.session.remove()
     if found:
         log.warning("sweeper re-enqueued %d due deliveries that had no live job", found)
-    incidents.evaluate(app, now)  # the rules, automatic disable, notifications: once a pass
     return found
 
 

@@ -137,3 +137,18 @@ def test_acknowledge_is_once_and_recorded(app, producer, receiver, clock, users)
     assert not incidents.acknowledge(incident, "admin@example.com")
     [incident] = _incidents()
     assert (incident.state, incident.acknowledged_by) == (IncidentState.ACKNOWLEDGED, "oncall@example.com")
+
+
+def test_the_backlog_opens_while_redis_is_down(app, producer, receiver, clock, config):
+    import redis
+
+    from dashboard import create_app
+
+    producer.subscribe(receiver.url + "/ok")
+    producer.publish()
+    clock.advance(minutes=11)
+    cut_off = create_app({**config, "REDIS_URL": "redis://127.0.0.1:1"})  # nothing listens there
+    with pytest.raises(redis.ConnectionError):
+        sweep_once(cut_off)  # the Redis part of the pass fails, loudly...
+    [incident] = _incidents()  # ...after the rules were evaluated
+    assert incident.rule == "backlog"
