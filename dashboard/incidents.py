@@ -28,7 +28,7 @@ from flask import current_app
 from sqlalchemy import case, func, select
 from sqlalchemy.exc import IntegrityError
 
-from . import audit, health, notifications
+from . import audit, autodisable, health, notifications
 from .clock import iso
 from .extensions import db
 from .models import (Delivery, DeliveryState, Incident, IncidentRule, IncidentState, OutcomeCount, Subscription,
@@ -135,8 +135,6 @@ def evaluate(app, now: dt.datetime | None = None) -> None:
     """The sweeper's minute: fold what is new, check every rule, disable what has failed for days,
     tell teams about new dead letters, fold attempt latencies. A step that fails is logged and
     the next ones still run (the next pass tries it again)."""
-    from . import autodisable  # noqa: PLC0415 - it imports this module's neighbours
-
     now = now or app.config["CLOCK"].now()
     with app.app_context():
         for step in (health.fold_outcomes, check_rules, autodisable.check, notifications.publish_dead_letters,

@@ -123,3 +123,19 @@ def test_the_member_can_acknowledge_but_not_edit_rules(client, auth, fired):
     client.post(f"/incidents/{incident.id}/acknowledge", data={"csrf_token": auth.csrf()})
     page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
     assert "by member@example.com" in page and ">Acknowledge<" not in page
+
+
+def test_promesas_own_incident_is_for_global_readers(client, auth, users, clock):
+    now = clock.now()
+    incident = Incident(subscription_id=None, rule="backlog", state="open", opened_at=now, first_seen_at=now,
+                        last_seen_at=now, figures={"due": 3, "oldest_waited_minutes": 12.5, "window_minutes": 10})
+    db.session.add(incident)
+    db.session.commit()
+    auth.login("owner")
+    assert client.get(f"/incidents/{incident.id}").status_code == 404
+    assert client.post(f"/incidents/{incident.id}/acknowledge", data={"csrf_token": auth.csrf()}).status_code == 404
+    client.post("/logout", data={"csrf_token": auth.csrf()})
+    auth.login("oncall")
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "Delivery backlog" in page and "Promesa's own health" in page and "oldest waited minutes" in page
+    assert client.post(f"/incidents/{incident.id}/pause", data={"csrf_token": auth.csrf()}).status_code == 403

@@ -101,3 +101,16 @@ def test_only_loopback_without_a_token_and_only_the_token_with_one(app, client):
     assert client.get("/metrics").status_code == 401  # loopback is not enough once a token is set
     assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     scrape(client, headers={"Authorization": "Bearer s3cret-token"}, environ_base={"REMOTE_ADDR": "10.1.2.3"})
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_replays_running_once_the_replays_table_exists(app, client):
+    from sqlalchemy import text
+
+    from dashboard.extensions import db
+
+    assert not [k for k in scrape(client) if k[0] == "promesa_replays_running"]  # no table, no series
+    db.session.execute(text("CREATE TABLE replays (id VARCHAR(40) PRIMARY KEY, finished_at TIMESTAMP)"))
+    db.session.execute(text("INSERT INTO replays VALUES ('rpl_1', NULL), ('rpl_2', '2026-11-30 12:00:00')"))
+    db.session.commit()
+    assert value(scrape(client), "promesa_replays_running") == 1
