@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from flask.cli import AppGroup
 
 from . import notifications
 from .extensions import db
@@ -12,7 +13,7 @@ from .validation import ApiError
 CLI_ACTOR = ("system", "cli")
 
 
-@click.group("sinks")
+@click.group("sinks", cls=AppGroup)  # AppGroup: each command runs inside the app context
 def sinks_command():
     """Where incidents, automatic disables and finished replays are announced."""
 

@@ -120,3 +120,24 @@ def test_notify_stages_nothing_when_the_session_rolls_back(app, producer, receiv
     [event] = db.session.scalars(select(Event).where(Event.type == "promesa.replay.finished")).all()
     assert json.loads(event.body) == {"text": "Replay of 3 deliveries finished, 3 delivered. "
                                               "<http://localhost:5000/subscriptions/sub_x|Open in Promesa>"}
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_sinks_command_works_as_its_own_process(database_url, tmp_path, sink):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, DATABASE_URL=database_url, PROMESA_INSTANCE_PATH=str(tmp_path / "cli"),
+               PROMESA_ALLOW_PRIVATE_TARGETS="1")
+
+    def promesa(*args):
+        done = subprocess.run([sys.executable, "-m", "dashboard.cli", "sinks", *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert promesa("add", "--kind", "slack", "--url", sink.url + "/services/T1/B2/secret").startswith("added slack")
+    listed = promesa("list")
+    assert "slack" in listed and "secret" not in listed
+    assert promesa("remove", listed.split()[0]).startswith("removed")
