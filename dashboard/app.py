@@ -45,12 +45,14 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     from .api import bp as api_bp
     from .auth import bp as auth_bp
+    from .metrics import bp as metrics_bp
     from .pages import bp as pages_bp
 
     app.register_blueprint(api_bp)
     csrf.exempt(api_bp)  # the API authenticates with bearer tokens, not cookies
     app.register_blueprint(auth_bp)
     app.register_blueprint(pages_bp)
+    app.register_blueprint(metrics_bp)
     return app
 
 

@@ -1,4 +1,4 @@
-"""The `promesa` command: up, web, worker, sweep, users, tokens, db, bench."""
+"""The `promesa` command: up, web, worker, sweep, users, tokens, sinks, db, bench."""
 
 from __future__ import annotations
 
@@ -217,6 +217,9 @@ def up(host, port, worker_count):
 from .bench import bench_command  # noqa: E402  (a command of its own module, registered here)
 
 cli.add_command(bench_command)
+from .sink_commands import sinks_command  # noqa: E402
+
+cli.add_command(sinks_command)
 
 
 if __name__ == "__main__":

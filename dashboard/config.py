@@ -107,4 +107,16 @@ DEFAULTS = {
     "PROMESA_RESPONSE_EXCERPT_BYTES": 1024,
     # How long a claimed delivery stays a worker's before the sweeper may hand it to another.
     "PROMESA_LEASE_SECONDS": 120,
+    # Links in notifications (Slack messages, JSON events) point here: the dashboard's public address.
+    "PROMESA_BASE_URL": "http://localhost:5000",
+    # A subscription whose every attempt has failed this long is disabled by the system (Svix: 5 days);
+    # the clock starts once a streak has this many failed attempts.
+    "PROMESA_AUTO_DISABLE_DAYS": 5.0,
+    "PROMESA_AUTO_DISABLE_AFTER_FAILURES": 5,
+    # The `backlog` rule: Promesa's own health, when the oldest due delivery has waited this long.
+    "PROMESA_BACKLOG_ALERT_MINUTES": 10,
+    # /metrics: answers only to this bearer token when set, else only to loopback clients.
+    "PROMESA_METRICS_TOKEN": "",
+    # /metrics: this many subscriptions get series of their own; the rest are summed as "other".
+    "PROMESA_METRICS_SUBSCRIPTION_LABELS": 50,
 }
