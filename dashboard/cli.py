@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -82,28 +83,33 @@ def tokens_create(team_name):
 
 
 @cli.command()
-@click.option("--burst", is_flag=True, help="deliver what is queued, then exit")
+@click.option("--burst", is_flag=True, help="deliver what is queued, then exit (non-zero if a drain failed)")
 def worker(burst):
     """An RQ worker that delivers (run as many as you like, on any machine)."""
-    from rq import SimpleWorker
-
     from .queue import WorkQueue
     from .sweeper import promote_forever
-    from .clock import unix
+    from .worker import run
 
     app = current_app._get_current_object()
     work = WorkQueue.for_app(app)
-    work.promote_due(unix(app.config["CLOCK"].now()))
+    stop = threading.Event()
     if not burst:
-        stop = threading.Event()
         threading.Thread(target=promote_forever, args=(app, stop), daemon=True, name="promoter").start()
+    else:
+        from .clock import unix
+        from .outages import REDIS_AWAY
+
+        with contextlib.suppress(*REDIS_AWAY):  # Redis away: run() below waits for it
+            work.promote_due(unix(app.config["CLOCK"].now()))
     from . import jobs  # noqa: F401  (imported now, so the freeze below covers the delivery code too)
 
     # Everything imported so far lives as long as the process: keep it out of the cyclic garbage
     # collector's scans, which took 13% of a delivering worker's CPU.
     gc.freeze()
     # SimpleWorker: one drain job carries many deliveries, so forking per job buys nothing but latency.
-    SimpleWorker([work.rq], connection=work.conn).work(burst=burst, logging_level="INFO")
+    status = run(work, burst)
+    stop.set()
+    sys.exit(status)
 
 
 @cli.command()
