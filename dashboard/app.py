@@ -11,6 +11,7 @@ from sqlalchemy import event
 from . import config as config_module
 from .clock import SystemClock
 from .extensions import csrf, db, login_manager, migrate
+from .outages import drop_dead_connections
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,9 +34,11 @@ def create_app(test_config: dict | None = None) -> Flask:
         Path(instance_path).mkdir(parents=True, exist_ok=True)
 
     db.init_app(app)
-    if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
-        with app.app_context():
+    with app.app_context():
+        if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
             event.listen(db.engine, "connect", _sqlite_pragmas)
+        else:  # a pooled connection the server terminated is replaced before use (web and workers)
+            drop_dead_connections(db.engine)
     migrate.init_app(app, db, directory=str(ROOT / "migrations"))
     login_manager.init_app(app)
     login_manager.login_view = "auth.login"

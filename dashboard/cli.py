@@ -8,10 +8,8 @@ import logging
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
-import time
 
 import click
 from flask import current_app
@@ -145,6 +143,7 @@ def up(host, port, worker_count):
     import flask_migrate
 
     from .queue import connect
+    from .supervisor import Supervisor
 
     app = current_app._get_current_object()
     flask_migrate.upgrade()
@@ -161,30 +160,19 @@ def up(host, port, worker_count):
         db.session.commit()
         click.echo(f"first run: created admin login  admin@promesa.local / {password}")
     promesa = [sys.executable, "-m", "dashboard.cli"]
-    children = [subprocess.Popen(promesa + ["web", "--host", host, "--port", str(port)], env=env)]
-    children += [subprocess.Popen(promesa + ["worker"], env=env) for _ in range(worker_count)]
-    children.append(subprocess.Popen(promesa + ["sweep"], env=env))
+    commands = {"web": promesa + ["web", "--host", host, "--port", str(port)]}
+    commands.update({f"worker {n}": promesa + ["worker"] for n in range(1, worker_count + 1)})
+    commands["sweeper"] = promesa + ["sweep"]
+    children = Supervisor(commands, env)
+    children.start()
     click.echo(f"Promesa dashboard: http://{host}:{port}/  (Ctrl-C stops everything)")
-
-    def stop(*_):
-        for child in children:
-            if child.poll() is None:
-                child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        while all(child.poll() is None for child in children):
-            time.sleep(0.5)
-        click.echo("a child process exited; stopping everything", err=True)
+        children.run(stopping)  # a child that dies is restarted, with backoff; the others carry on
     except KeyboardInterrupt:
         pass
-    stop()
+    children.stop()
 
 
 from .bench import bench_command  # noqa: E402  (a command of its own module, registered here)

@@ -69,14 +69,16 @@ class TestFlushedRedis:
         assert set(ids + more + [retried]) == set(received)
 
 
-def spawn_worker(app, extra_env=None) -> subprocess.Popen:
+def spawn_worker(app, extra_env=None, burst=False, capture=False) -> subprocess.Popen:
+    """A real `promesa worker` on the test's database and Redis (`capture`: its stderr, as text)."""
     cfg = app.config
     env = dict(os.environ, DATABASE_URL=cfg["SQLALCHEMY_DATABASE_URI"], REDIS_URL=cfg["REDIS_URL"],
                PROMESA_INSTANCE_PATH=app.instance_path, PROMESA_REDIS_PREFIX=cfg["PROMESA_REDIS_PREFIX"],
                PROMESA_QUEUE=cfg["PROMESA_QUEUE"], PROMESA_ALLOW_PRIVATE_TARGETS="1",
                PROMESA_LEASE_SECONDS=str(cfg["PROMESA_LEASE_SECONDS"]), **(extra_env or {}))
-    return subprocess.Popen([sys.executable, "-m", "dashboard.cli", "worker"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, "-m", "dashboard.cli", "worker", *(["--burst"] if burst else [])],
+                            env=env, stdout=subprocess.DEVNULL, text=True,
+                            stderr=subprocess.PIPE if capture else subprocess.DEVNULL)
 
 
 class TestKilledWorker:
