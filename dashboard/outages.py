@@ -3,8 +3,9 @@
 - A pooled PostgreSQL connection whose server side was terminated (`pg_terminate_backend`, a
   restart, a failover) is dropped when it is checked out, before anyone uses it: the server has
   already said goodbye on its socket, so checking costs a poll() and no round trip.
-- Work that is safe to do twice (a claim, an attempt write that checks it was not already made)
-  is tried once more on a new connection when the connection is lost under it.
+- Work that is safe to do twice (a claim, an attempt write that checks it was not already made,
+  a web request that committed nothing yet) is tried once more on a new connection when the
+  connection is lost under it.
 - Loops that need Redis (workers, promoter, sweeper) wait it out with backoff and say so once
   when it goes away and once when it is back, not a traceback per try.
 """
@@ -17,6 +18,7 @@ import threading
 import time
 
 import redis
+from flask import Flask, g, has_request_context
 from sqlalchemy import event, exc
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,35 @@ def _has_unread_data(dbapi_connection) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     return bool(poller.poll(0))
+
+
+class ReconnectingFlask(Flask):
+    """A request whose database connection died under it before anything was committed (a backend
+    terminated mid-request) runs once more on a new connection, instead of answering 500. Once a
+    COMMIT was sent, its outcome is unknown and the error stands."""
+
+    def dispatch_request(self):
+        g.promesa_commit_sent = False
+        try:
+            return super().dispatch_request()
+        except exc.DBAPIError as error:
+            if not error.connection_invalidated or g.promesa_commit_sent:
+                raise
+            from .extensions import db
+
+            db.session.rollback()
+            log.warning("%s %s: the database connection was lost; running it again on a new one",
+                        self.name, error.orig.__class__.__name__ if error.orig else "")
+            return super().dispatch_request()
+
+
+def note_commits(engine) -> None:
+    """Tell ReconnectingFlask when a request has sent a COMMIT."""
+
+    @event.listens_for(engine, "commit")
+    def _commit(connection):
+        if has_request_context():
+            g.promesa_commit_sent = True
 
 
 def retry_on_lost_connection(work, what: str):
