@@ -72,6 +72,10 @@ POLL_SECONDS = 0.005
 LINGER_POLL_SECONDS = 0.5
 # A waiting delivery is started only while this much of its lease is left unused.
 LEASE_SAFETY = 0.5
+# Leases of what a drain holds (in flight, waiting, being recorded) are renewed this often, as a
+# fraction of the lease: a lease can be short (a killed worker's work comes free soon) and still
+# cover a delivery that waits behind a slow endpoint for longer than that.
+LEASE_RENEW_FRACTION = 1 / 3
 
 _ATTEMPT_COLUMNS = ("delivery_id", "number", "attempted_at", "duration_ms", "status_code", "error",
                     "response_excerpt")
@@ -275,6 +279,19 @@ class DeliveryEngine:
         except REDIS_AWAY:
             log.warning("Redis is away: %d released deliveries wait for the sweeper", len(unsent))
 
+    def renew(self, held: dict[str, list[str]]) -> None:
+        """Extend the leases of deliveries this drain still holds ({lease token: delivery ids}): one
+        statement by primary key, every lease_seconds * LEASE_RENEW_FRACTION, whatever the rate."""
+        ids = [delivery_id for batch in held.values() for delivery_id in batch]
+        until = self.clock.now() + dt.timedelta(seconds=self.lease_seconds)
+
+        def write():
+            with self.db_engine.begin() as conn:
+                conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token.in_(list(held)))
+                             .values(lease_expires_at=until))
+
+        retry_on_lost_connection(write, "renewing leases")
+
     def record(self, finished: list[tuple[Claimed, str, dt.datetime, http.AttemptResult]], stats: DrainStats,
                recheck: bool = False) -> None:
         """Write the attempts and the next state of every delivery in one transaction, then schedule retries.
@@ -423,12 +440,17 @@ class DeliveryEngine:
         started = time.monotonic()
         deadline = started + budget_seconds
         next_heartbeat = started + 10
+        renew_every = self.lease_seconds * LEASE_RENEW_FRACTION
+        next_renewal = started + renew_every
         idle_since = None
         next_pop = 0.0
         while True:
             now = time.monotonic()
             if self.stopping.is_set():
                 deadline = min(deadline, now)
+            if now >= next_renewal:
+                run.renew_leases()
+                next_renewal = now + renew_every
             popped = 0
             if run.claiming is not None and run.claiming.done():
                 await run.take_claimed()
@@ -568,7 +590,10 @@ class _Run:
         self.in_flight: dict[asyncio.Task, tuple[Claimed, str, dt.datetime, float]] = {}
         self.per_subscription: Counter = Counter()
         self.started_at: dict[str, list[float]] = {}  # monotonic start of each request in flight, per subscription
-        self.waiting: dict[str, deque] = {}  # (item, token, lease deadline) per saturated subscription
+        self.waiting: dict[str, deque] = {}  # (item, lease token) per saturated subscription
+        # Per lease token: until when (monotonic) its waiting deliveries may still be started.
+        self.lease_deadlines: dict[str, float] = {}
+        self.renewing: asyncio.Future | None = None
         self.waiting_total = 0
         self.finished: list = []
         self.first_finished_at = 0.0
@@ -626,7 +651,8 @@ class _Run:
         stats.claims += 1
         stats.skipped += len(ids) - len(items)  # stale or duplicate ids: someone else has them, or they are done
         to_hold = []
-        lease_deadline = time.monotonic() + engine.lease_seconds * LEASE_SAFETY
+        if token is not None:
+            self.lease_deadlines[token] = time.monotonic() + engine.lease_seconds * LEASE_SAFETY
         now = engine.now_for_starts()
         for item in items:
             if item.subscription_state != SubscriptionState.ACTIVE:
@@ -634,7 +660,7 @@ class _Run:
             elif self.per_subscription[item.subscription_id] < engine.per_subscription:
                 self._send(item, token, now)
             else:
-                self.waiting.setdefault(item.subscription_id, deque()).append((item, token, lease_deadline))
+                self.waiting.setdefault(item.subscription_id, deque()).append((item, token))
                 self.waiting_total += 1
         if to_hold:
             await asyncio.to_thread(engine.hold, to_hold, token)
@@ -686,9 +712,9 @@ class _Run:
         for sub in freed:
             queue = self.waiting.get(sub)
             while queue and self.per_subscription[sub] < self.engine.per_subscription:
-                item, token, lease_deadline = queue.popleft()
+                item, token = queue.popleft()
                 self.waiting_total -= 1
-                if now < lease_deadline:
+                if now < self.lease_deadlines[token]:
                     starts_at = starts_at or self.engine.now_for_starts()
                     self._send(item, token, starts_at)
                 # else: the lease is too close to running out to start now; the sweeper hands it on.
@@ -706,7 +732,7 @@ class _Run:
             expected[sub] = engine.expected_seconds(sub, min(starts) if starts else None)
             keep = 0 if final else engine.waiting_cap(expected[sub])
             while len(queue) > keep:
-                item, token, _ = queue.pop()
+                item, token = queue.pop()
                 to_defer.append((item, token))
         if to_defer:
             self.waiting_total -= len(to_defer)
@@ -730,12 +756,38 @@ class _Run:
                 await self.recording
                 self.recording, self.recording_batch = None, []
 
+    def renew_leases(self) -> None:
+        """Renew, in a thread, the leases of everything this drain holds; a failed renewal only lets
+        those leases run out (waiting work is then not started: see collect)."""
+        if self.renewing is not None and not self.renewing.done():
+            return
+        held: dict[str, list[str]] = {}
+        for item, token, *_ in (*self.in_flight.values(), *self.finished, *self.recording_batch):
+            held.setdefault(token, []).append(item.delivery_id)
+        for queue in self.waiting.values():
+            for item, token in queue:
+                held.setdefault(token, []).append(item.delivery_id)
+        if not held:
+            return
+        engine = self.engine
+        renewed_at = time.monotonic()
+
+        def renewed(future: asyncio.Future) -> None:
+            if future.exception() is not None:
+                log.warning("renewing %d leases failed: %s", sum(map(len, held.values())), future.exception())
+                return
+            for token in held:
+                self.lease_deadlines[token] = renewed_at + engine.lease_seconds * LEASE_SAFETY
+
+        self.renewing = asyncio.ensure_future(asyncio.to_thread(engine.renew, held))
+        self.renewing.add_done_callback(renewed)
+
     async def abandon(self) -> None:
         """The drain failed. First give back what was claimed but not sent (due at once, for any
         worker), then wait for the requests already on the wire and record every finished attempt:
         a receiver that got the POST must not get it again for want of its attempt row."""
         engine = self.engine
-        unsent = [(item, token) for queue in self.waiting.values() for item, token, _ in queue]
+        unsent = [(item, token) for queue in self.waiting.values() for item, token in queue]
         self.waiting.clear()
         self.waiting_total = 0
         if self.claiming is not None:
