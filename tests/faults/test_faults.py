@@ -4,7 +4,9 @@ publishes a known set of events, causes the fault, and closes the books (see con
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
 
@@ -140,3 +142,18 @@ def test_a_receiver_down_past_the_schedule_then_replayed(fault_app, producer):
         figures = close_the_books(accepted, back, in_flight_bound=0)
     assert figures["delivered"] == 30 and figures["duplicates"] == 0
     report("receiver down past the schedule, then replayed", figures)
+
+
+def test_promesa_up_restarts_a_child_that_dies(stack, producer, receiver):
+    producer.subscribe(receiver.url + "/ok")
+    stack.start()
+    children = stack.children()
+    assert len(children) == 4  # web, two workers, sweeper
+    victim = max(children)  # the last started: the sweeper
+    os.kill(victim, signal.SIGKILL)
+    assert wait_until(lambda: len(stack.children()) == 4 and victim not in stack.children(), timeout=15)
+    accepted, answers = stack.publish(producer.token, 20)  # the web never went away
+    assert answers == {202: 20}
+    assert wait_until(lambda: unsettled() == 0, timeout=30), unsettled()
+    assert "restarting it in" in stack.log()
+    report("a child of promesa up SIGKILLed", close_the_books(accepted, receiver, in_flight_bound=0))
