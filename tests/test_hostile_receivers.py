@@ -131,3 +131,29 @@ def test_deliveries_ask_for_an_uncompressed_answer(app, producer, receiver, cloc
     producer.publish()
     deliver_due(app, clock)
     assert receiver.requests[0].headers["Accept-Encoding"] == "identity"
+
+
+@pytest.mark.slow
+def test_a_real_worker_stays_small_while_receivers_answer_50_mb_each(app, producer, receiver, hostile,
+                                                                      database_url):
+    """Peak memory of a real `promesa worker --burst`: five 50 MB answers at once cost what five
+    small ones do (a worker that read them would hold 250 MB)."""
+    from .test_worker_processes import spawn_worker
+
+    if database_url.startswith("postgresql"):
+        pytest.skip("a question of the HTTP client's memory, not of the database (runs on SQLite)")
+
+    def peak_kb_delivering_to(url, event_type) -> int:
+        producer.subscribe(url, event_types=[event_type])
+        for _ in range(5):
+            producer.publish(event_type)
+        worker = spawn_worker(app, burst=True, peak_rss=True)
+        out, _ = worker.communicate(timeout=120)
+        assert worker.returncode == 0
+        return int(out.split()[-1])
+
+    small = peak_kb_delivering_to(receiver.url + "/ok", "small.answer")
+    huge = peak_kb_delivering_to(hostile.url + "/huge", "huge.answer")
+    assert hostile.hits["/huge"] == 5 and receiver.count() == 5
+    print(f"peak RSS of a burst worker: {small} KB for five small answers, {huge} KB for five of 50 MB")
+    assert huge - small < 25 * 1024, (small, huge)
