@@ -65,6 +65,13 @@ class DeliveryWorker(SimpleWorker):
     run_maintenance_tasks = _stop_if_redis_away(SimpleWorker.run_maintenance_tasks)
     execute_job = _stop_if_redis_away(SimpleWorker.execute_job)
 
+    def dequeue_job_and_maintain_ttl(self, *args, **kwargs):
+        try:
+            return super().dequeue_job_and_maintain_ttl(*args, **kwargs)
+        except RedisAway:  # from _Queue: remember it here too (the outage may be over by the time run() looks)
+            self.redis_lost = True
+            raise
+
     def handle_job_failure(self, *args, **kwargs):
         self.failed_jobs += 1
         return super().handle_job_failure(*args, **kwargs)
@@ -113,8 +120,12 @@ def run(work: WorkQueue, burst: bool) -> int:
                 worker.redis_lost = True
                 redis_outage.failed(error, "worker")
             failed += worker.failed_jobs
-            if stop.is_set() or not (worker.redis_lost or redis_outage.away):
+            lost = worker.redis_lost or redis_outage.away
+            if stop.is_set() or (burst and not lost):
                 break  # stopped, or (burst) done
+            if not lost:  # RQ quit on something else ("found an unhandled exception"): it is logged
+                log.error("the worker loop ended by itself; starting it again")
+                stop.wait(1.0)
             signal.signal(signal.SIGTERM, request_stop)
             signal.signal(signal.SIGINT, request_stop)
             if not redis_outage.wait_until_back(work.conn, "worker", stop):
