@@ -88,31 +88,33 @@ def test_a_delivery_that_fails_after_its_subscription_was_paused_is_held(app, pr
     assert producer.post(f"/api/v1/subscriptions/{sub['id']}/resume").get_json()["released"] == 1
 
 
-def test_a_drain_renews_the_leases_of_what_it_holds(app, producer, receiver):
+def test_a_drain_renews_the_leases_of_what_it_holds(app, producer, receiver, monkeypatch):
     """A short lease (a killed worker's work comes free soon) must still cover work that waits
     here behind a slow endpoint for longer: the drain renews it, and no other worker can take it."""
     import threading
     import time
 
     from dashboard.clock import SystemClock
+    from dashboard.delivery import engine as engine_module
 
     clock = SystemClock()  # leases run out on real time here
-    app.config.update(CLOCK=clock, PROMESA_LEASE_SECONDS=1, PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION=1)
+    app.config.update(CLOCK=clock, PROMESA_LEASE_SECONDS=2, PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION=1)
+    monkeypatch.setattr(engine_module, "WAIT_TARGET_SECONDS", 30.0)  # keep all six waiting here, none handed back
     producer.subscribe(receiver.url + "/slow/0.5")
-    # 2 s of work, one at a time (the most this endpoint's pace lets wait here), under a 1 s lease
-    ids = [producer.publish("file.updated", {"n": n})["id"] for n in range(4)]
+    ids = [producer.publish("file.updated", {"n": n})["id"] for n in range(6)]  # 3 s of work, one at a time
     work = WorkQueue.for_app(app)
+
     def drain_in_another_thread():
         with app.app_context():
             DeliveryEngine(app, work, clock).drain(None, 20)
 
     drain = threading.Thread(target=drain_in_another_thread)
     drain.start()
-    assert receiver.wait_for(4, timeout=10)
-    time.sleep(0.25)  # the last one is in flight (0.5 s), 1.75 s after its claim leased it for 1
+    assert receiver.wait_for(6, timeout=15)  # the last ones started after their 2 s lease would have run out
+    time.sleep(0.25)  # the last one is in flight (0.5 s), 2.75 s after the claim that leased it for 2
     delivery_ids = db.session.scalars(select(Delivery.id)).all()
     stolen, _ = DeliveryEngine(app, work, clock).claim(delivery_ids)
     drain.join(timeout=20)
     assert stolen == []  # still leased: renewed while they waited
-    assert sorted(json.loads(r.body)["id"] for r in receiver.requests) == sorted(ids)  # all four, each once
+    assert sorted(json.loads(r.body)["id"] for r in receiver.requests) == sorted(ids)  # all six, each once
     assert leased_count() == 0
