@@ -23,6 +23,7 @@ from .clock import iso
 from .extensions import db
 from .ids import new_ids
 from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
+from .outages import REDIS_AWAY, redis_outage
 from .queue import WorkQueue, work_item
 from .validation import TYPE_RE, ApiError, check_fields
 
@@ -278,5 +279,10 @@ def enqueue(items: list[str]) -> None:
         return
     try:
         WorkQueue.for_app().push(items)
-    except (redis.RedisError, OSError):  # accepted work is in the database: never fail the producer for Redis
+    except REDIS_AWAY as error:  # accepted work is in the database: never fail the producer for Redis
+        redis_outage.failed(error, "ingest")  # one line per outage, not a traceback per request
+        return
+    except (redis.RedisError, OSError):
         log.warning("could not enqueue %d deliveries; the sweeper will", len(items), exc_info=True)
+        return
+    redis_outage.succeeded("ingest")
