@@ -72,16 +72,18 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
 # event a repeated Idempotency-Key names.
 _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions) \
     .where(Subscription.team_id == bindparam("team_id"))
-_EVENTS_BY_ID = select(Event).where(Event.id.in_(bindparam("ids", expanding=True)))
+_EVENTS_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"),
+                                    Event.id.in_(bindparam("ids", expanding=True)))
+_EVENT_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"), Event.id == bindparam("id"))
 _BY_IDEMPOTENCY_KEY = select(Event).where(Event.team_id == bindparam("team_id"),
                                           Event.idempotency_key == bindparam("key"))
 
 
-def _stored_events(event_ids: list[str]) -> dict[str, Event]:
-    """The already stored events among these ids, in one query rather than one per event."""
+def _stored_events(team: Team, event_ids: list[str]) -> dict[str, Event]:
+    """The team's already stored events among these ids, in one query rather than one per event."""
     if not event_ids:
         return {}
-    return {e.id: e for e in db.session.scalars(_EVENTS_BY_ID, {"ids": list(set(event_ids))})}
+    return {e.id: e for e in db.session.scalars(_EVENTS_BY_ID, {"team_id": team.id, "ids": list(set(event_ids))})}
 
 
 def _existing(team: Team, event_id: str | None, idempotency_key: str | None,
@@ -92,16 +94,14 @@ def _existing(team: Team, event_id: str | None, idempotency_key: str | None,
         if found:
             return found
     if event_id:
-        found = stored.get(event_id) if stored is not None else db.session.get(Event, event_id)
-        if found is not None and found.team_id != team.id:
-            raise ApiError(409, f"event id {event_id!r} is already used by another producer; choose another id")
-        return found
+        return stored.get(event_id) if stored is not None else for_team(team, event_id)
     return None
 
 
 def for_team(team: Team, event_id: str) -> Event | None:
-    """The team's event with this id: another team's is not there, as far as the caller can tell."""
-    return db.session.scalar(select(Event).where(Event.team_id == team.id, Event.id == event_id))
+    """The team's event with this id. Ids are unique per team: another team's event with the same id is
+    another event, and never found from here."""
+    return db.session.scalar(_EVENT_BY_ID, {"team_id": team.id, "id": event_id})
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,6 @@ class Accepted:
     id: str
     deliveries: int
     duplicate: bool
-
 
 
 def ingest(team: Team, event: EventInput, idempotency_key: str | None = None) -> Accepted:
@@ -139,13 +138,14 @@ def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | 
     now = current_app.config["CLOCK"].now()
     now_iso = iso(now)
     subscriptions = db.session.execute(_ROUTING, {"team_id": team.id}).all()
-    stored = _stored_events([c[2] for c in checked if c[2]])
+    stored = _stored_events(team, [c[2] for c in checked if c[2]])
     # (type, asked version) -> (version, declaration, [(subscription id, active)] that want it): once per batch
     plans: dict[tuple, tuple] = {}
     results: list[Accepted | None] = []
     seen: dict[str, int] = {}  # an id repeated inside the batch is a duplicate of its first appearance
-    fresh_event_ids = iter(new_ids("evt", sum(1 for c in checked if c[2] is None)))
-    events, promised = [], []  # promised: (event id, subscription id, active), one per delivery
+    # Every new event gets a key (unique across teams); one the producer did not name takes it as its id too.
+    fresh_keys = iter(new_ids("evt", len(checked)))
+    events, promised = [], []  # promised: (event key, subscription id, active), one per delivery
     for index, (event_type, data, event_id, version, data_json, occurred_at) in enumerate(checked):
         if event_id in seen:
             results.append(None)
@@ -166,17 +166,18 @@ def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | 
                 catalog.validate_data(declared, data)
             except ApiError as exc:
                 raise at(index, exc) from None
-        event_id = event_id or next(fresh_event_ids)
+        key = next(fresh_keys)
+        event_id = event_id or key
         seen[event_id] = index
-        events.append({"id": event_id, "type": event_type, "version": version, "data": data,
+        events.append({"key": key, "id": event_id, "type": event_type, "version": version, "data": data,
                        "body": thin_body(event_id, event_type, version,
                                          now_iso if occurred_at is None else iso(occurred_at), data_json),
                        "occurred_at": occurred_at or now})
-        promised.extend((event_id, subscription_id, active) for subscription_id, active in targets)
+        promised.extend((key, subscription_id, active) for subscription_id, active in targets)
         results.append(Accepted(event_id, len(targets), False))
     deliveries, ready = [], []
-    for (event_id, subscription_id, active), delivery_id in zip(promised, new_ids("dlv", len(promised))):
-        deliveries.append({"id": delivery_id, "event_id": event_id, "subscription_id": subscription_id,
+    for (event_key, subscription_id, active), delivery_id in zip(promised, new_ids("dlv", len(promised))):
+        deliveries.append({"id": delivery_id, "event_key": event_key, "subscription_id": subscription_id,
                            "state": DeliveryState.PENDING if active else DeliveryState.HELD})
         if active:
             ready.append(work_item(subscription_id, delivery_id))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import current_app
 from sqlalchemy import or_, select, update
+from sqlalchemy.orm import selectinload
 
 from . import crypto, signing
 from .clock import iso
@@ -11,7 +12,7 @@ from .delivery.targets import url_problem
 from .extensions import db
 from .ingest import enqueue
 from .queue import work_item
-from .models import Delivery, DeliveryState, Subscription, SubscriptionState, Team
+from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
 from .schemas import SubscriptionInput
 from .validation import ApiError
 
@@ -89,7 +90,9 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
 def deliveries_page(sub: Subscription, state: str | None, before: str | None,
                     limit: int) -> tuple[list[Delivery], str | None]:
     """Newest first, optionally in one state; `before` is the previous page's next_before (ids are time-ordered)."""
-    query = select(Delivery).where(Delivery.subscription_id == sub.id)
+    # Each delivery shows its event's id: loaded with the page, in one more query (the id only, not the body).
+    query = select(Delivery).where(Delivery.subscription_id == sub.id) \
+        .options(selectinload(Delivery.event).load_only(Event.id))
     if state:
         query = query.where(Delivery.state == state)
     if before:

@@ -11,14 +11,14 @@ import pytest
 from sqlalchemy import select
 
 from dashboard.extensions import db
-from dashboard.models import Attempt, Delivery, Subscription
+from dashboard.models import Attempt, Delivery, Event, Subscription
 
 from .support.pipeline import deliver_due
 
 
 def delivery_of(event_id) -> Delivery:
     db.session.expire_all()
-    return db.session.scalar(select(Delivery).where(Delivery.event_id == event_id))
+    return db.session.scalar(select(Delivery).join(Delivery.event).where(Event.id == event_id))
 
 
 def attempts_of(delivery_id):

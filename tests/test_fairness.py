@@ -39,3 +39,29 @@ def test_a_pattern_inside_an_enum_is_data_not_a_pattern(producer):
     assert producer.post("/api/v1/event-types", {"name": "a.b", "schema": schema}).status_code == 201
     assert producer.post("/api/v1/events", {"type": "a.b", "data": {"pattern": r"(a)\1"}}).status_code == 202
     assert db.session.scalar(select(func.count()).select_from(Event)) == 1
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"event_types": ["file.*"] * 101}, "at most 100 type names or patterns"),
+    ({"event_types": ["file.[a-z]*"]}, "type names or patterns"),
+    ({"event_types": ["file?"]}, "type names or patterns"),
+    ({"event_types": ["has space"]}, "type names or patterns"),
+    ({"event_types": ["x" * 201]}, "type names or patterns"),
+    ({"event_versions": {f"type.{n}": 1 for n in range(101)}}, "at most 100 event types"),
+    ({"event_versions": {"file.*": 2}}, "event_versions must be an object mapping"),
+    ({"event_versions": {"": 2}}, "event_versions must be an object mapping"),
+])
+def test_routing_follows_the_type_grammar_and_a_count_limit(producer, fields, words):
+    """20,000 patterns made each of that team's ingests take over a second: a hundred is the cap."""
+    from dashboard.models import Subscription
+
+    resp = producer.post("/api/v1/subscriptions", {"url": "https://example.com/", **fields})
+    assert resp.status_code == 400 and words in resp.get_json()["error"], resp.get_json()
+    assert db.session.scalar(select(func.count()).select_from(Subscription)) == 0
+
+
+def test_routing_at_the_limits_is_accepted(producer):
+    resp = producer.post("/api/v1/subscriptions", {
+        "url": "https://example.com/", "event_types": [f"type.{n}.*" for n in range(100)],
+        "event_versions": {f"type.{n}.x": 1 for n in range(100)}})
+    assert resp.status_code == 201, resp.get_json()

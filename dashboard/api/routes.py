@@ -36,7 +36,7 @@ def attempt_json(a: Attempt) -> dict:
 
 
 def delivery_json(d: Delivery, with_attempts=False) -> dict:
-    out = {"id": d.id, "event_id": d.event_id, "subscription_id": d.subscription_id, "state": d.state,
+    out = {"id": d.id, "event_id": d.event.id, "subscription_id": d.subscription_id, "state": d.state,
            "attempt_count": d.attempt_count, "next_attempt_at": iso(d.next_attempt_at)
            if d.state == DeliveryState.SCHEDULED else None,
            "last_status_code": d.last_status_code, "last_error": d.last_error, "created_at": iso(d.created_at),
