@@ -1,6 +1,6 @@
 """Client errors shared by the API and the services behind it: say what is wrong, store nothing.
 
-Request bodies are pydantic models (see `dashboard.api.schemas`), built from the constrained
+Request bodies are pydantic models (see `dashboard.schemas`), built from the constrained
 types below; the same models write the OpenAPI document, so what is documented is what is
 checked. `parse_json(Model, raw)` validates a body and turns pydantic's errors into one
 `ApiError` that names the field and says why, in the words of the field's `Must(...)`.
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"
-TYPE_RE = re.compile(TYPE_PATTERN)
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}$"  # a producer's event id, and every id in a path
-# Text the databases can store: PostgreSQL refuses NUL, and neither can encode an unpaired surrogate.
+# Text PostgreSQL can store: it refuses NUL. (An unpaired surrogate never gets this far: the JSON parser refuses it.)
 NO_NUL = r"^[^\x00]*$"
 MAX_VERSION = 10_000
 MAX_DATA_DEPTH = 32  # thin events carry ids and versions: 32 levels is far more than one needs
