@@ -111,6 +111,15 @@ def test_a_time_that_leaves_the_calendar_in_utc_is_refused(producer, timestamp):
     assert stored(Event) == 0
 
 
+@pytest.mark.parametrize("timestamp, sent", [("0001-01-01T12:00:00+10:00", "0001-01-01T02:00:00.000Z"),
+                                             ("9999-12-31T20:00:00.5-03:59", "9999-12-31T23:59:00.500Z"),
+                                             ("0999-06-01T00:00:00Z", "0999-06-01T00:00:00.000Z")])
+def test_a_time_near_the_calendars_edges_is_written_as_rfc_3339(producer, timestamp, sent):
+    event_id = producer.post("/api/v1/events", {"type": "a.b", "timestamp": timestamp}).get_json()["id"]
+    assert producer.get(f"/api/v1/events/{event_id}").get_json()["timestamp"] == sent
+    assert json.loads(db.session.scalar(select(Event.body)))["timestamp"] == sent
+
+
 # -- NUL characters and unpaired surrogates ----------------------------------------------------------
 
 @pytest.mark.parametrize("path, payload, words", [
