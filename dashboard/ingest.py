@@ -113,8 +113,8 @@ class Accepted:
 
 def ingest(team: Team, event: EventInput, idempotency_key: str | None = None) -> Accepted:
     """Store one event and its deliveries (or find the first one, for a repeated key or id)."""
-    if idempotency_key is not None and not (0 < len(idempotency_key) <= 255):
-        raise ApiError(400, "Idempotency-Key must be 1 to 255 characters")
+    if idempotency_key is not None and (not 0 < len(idempotency_key) <= 255 or "\x00" in idempotency_key):
+        raise ApiError(400, "Idempotency-Key must be 1 to 255 characters, without NUL characters")
     return ingest_many(team, [event], idempotency_key, numbered=False)[0]
 
 

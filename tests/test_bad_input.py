@@ -136,6 +136,12 @@ def test_nul_in_a_text_field_is_a_400(producer, path, payload, words):
     assert stored(Event) == stored(EventType) == stored(Subscription) == 0
 
 
+def test_nul_in_the_idempotency_key_is_a_400(producer):
+    assert_refused(producer.post("/api/v1/events", {"type": "a.b"}, headers={"Idempotency-Key": "k\x00"}),
+                   400, "Idempotency-Key")
+    assert stored(Event) == 0
+
+
 def test_an_unpaired_surrogate_in_a_text_field_is_a_400(producer):
     resp = post_raw(producer, "/api/v1/subscriptions", '{"url": "https://example.com/", "description": "a\\ud800b"}')
     assert resp.status_code == 400, resp.get_data(as_text=True)[:300]

@@ -12,14 +12,14 @@ from .. import subscriptions as subscription_service
 from ..clock import iso
 from ..extensions import db
 from ..models import Attempt, Delivery, DeliveryState
-from ..validation import ApiError
+from ..validation import NO_NUL, ApiError
 from .. import schemas
 from . import bp
 from .openapi import document
 from .operations import operation
 
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
-                   "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                   "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": NO_NUL},
                    "description": "a repeated key returns the first event instead of a second"}
 
 
