@@ -11,10 +11,17 @@ from . import subscriptions as subscription_service
 from .auth import GLOBAL_ROLES, can_operate, can_view
 from .extensions import db
 from .models import Delivery, DeliveryState, Subscription
+from .validation import nul_in_path_or_query
 
 bp = Blueprint("views", __name__)
 PAGE = 50
 OPEN_STATES = (DeliveryState.PENDING, DeliveryState.SCHEDULED, DeliveryState.HELD, DeliveryState.DEAD)
+
+
+@bp.before_request
+def refuse_nul():
+    if nul_in_path_or_query(request):
+        abort(400, "the path and the query must not contain NUL characters")
 
 
 def _visible_subscriptions():

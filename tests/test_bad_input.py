@@ -157,6 +157,16 @@ def test_nul_in_a_path_segment_or_a_query_is_a_400(producer, receiver):
     assert_refused(producer.post("/api/v1/subscriptions/a%00b/pause"), 400, "NUL")
 
 
+def test_nul_in_a_dashboard_path_or_query_is_a_400(client, auth, users, producer, receiver):
+    sub = producer.subscribe(receiver.url + "/ok")
+    auth.login("operator")
+    for path in ("/subscriptions/a%00b", "/deliveries/a%00b", "/subscriptions/a%00b/contract",
+                 f"/subscriptions/{sub['id']}?before=dlv_%00"):
+        assert client.get(path).status_code == 400, path
+    assert client.post("/subscriptions/a%00b/pause", data={"csrf_token": auth.csrf()}).status_code == 400
+    assert client.get(f"/subscriptions/{sub['id']}").status_code == 200
+
+
 # -- hosts nothing can parse ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("url", ["http://[::1/hook", "http://[fe80::1%25zz]x/", "http://\u2100.example/",

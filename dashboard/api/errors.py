@@ -3,14 +3,13 @@
 from flask import jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from ..validation import ApiError
+from ..validation import ApiError, nul_in_path_or_query
 from . import bp
 
 
 @bp.before_request
 def refuse_nul():
-    """NUL is no character of an id or a page cursor, and PostgreSQL cannot even compare text with it."""
-    if "\x00" in request.path or any("\x00" in k or "\x00" in v for k, v in request.args.items(multi=True)):
+    if nul_in_path_or_query(request):
         raise ApiError(400, "the path and the query must not contain NUL characters")
 
 
