@@ -35,8 +35,9 @@ def attempt_json(a: Attempt) -> dict:
             "status_code": a.status_code, "error": a.error, "response_excerpt": a.response_excerpt}
 
 
-def delivery_json(d: Delivery, with_attempts=False) -> dict:
-    out = {"id": d.id, "event_id": d.event.id, "subscription_id": d.subscription_id, "state": d.state,
+def delivery_json(d: Delivery, event_id: str, with_attempts=False) -> dict:
+    """`event_id`: the producer-facing id of the delivery's event (the delivery holds only its key)."""
+    out = {"id": d.id, "event_id": event_id, "subscription_id": d.subscription_id, "state": d.state,
            "attempt_count": d.attempt_count, "next_attempt_at": iso(d.next_attempt_at)
            if d.state == DeliveryState.SCHEDULED else None,
            "last_status_code": d.last_status_code, "last_error": d.last_error, "created_at": iso(d.created_at),
@@ -79,8 +80,9 @@ def get_event(event_id):
     event = ingest_service.for_team(g.team, event_id)
     if event is None:
         raise ApiError(404, f"no event {event_id!r} in your team")
+    deliveries = [delivery_json(d, event.id, with_attempts=True) for d in event.deliveries]
     return jsonify(id=event.id, type=event.type, version=event.version, timestamp=iso(event.occurred_at),
-                   data=event.data, deliveries=[delivery_json(d, with_attempts=True) for d in event.deliveries])
+                   data=event.data, deliveries=deliveries)
 
 
 @bp.post("/subscriptions")
@@ -142,7 +144,7 @@ def replay_subscription(subscription_id, body: schemas.ReplayInput):
 def list_deliveries(subscription_id, query: schemas.DeliveriesQuery):
     sub = subscription_or_404(subscription_id)
     page, next_before = subscription_service.deliveries_page(sub, query.state, query.before, query.limit)
-    return jsonify(data=[delivery_json(d) for d in page], next_before=next_before)
+    return jsonify(data=[delivery_json(d, d.event.id) for d in page], next_before=next_before)
 
 
 @bp.post("/event-types")
