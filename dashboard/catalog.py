@@ -53,7 +53,7 @@ def check_schema(schema: dict) -> None:
         raise ApiError(413, f"schema is {size} bytes; the cap is {MAX_SCHEMA_BYTES} bytes")
     depth = nesting_depth(schema)
     if depth > MAX_SCHEMA_DEPTH:
-        raise ApiError(400, f"schema is nested {depth} levels deep; at most {MAX_SCHEMA_DEPTH}")
+        raise ApiError(422, f"schema is nested {depth} levels deep; at most {MAX_SCHEMA_DEPTH}")
     for keyword, value in _keywords(schema):
         if keyword in ("$ref", "$dynamicRef") and isinstance(value, str):
             if not value.startswith("#"):
