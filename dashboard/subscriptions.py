@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from flask import current_app
+from promesa_receiver import signing
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import selectinload
 
-from . import crypto, signing
+from . import audit, crypto
 from .clock import iso
 from .delivery.targets import url_problem
 from .extensions import db
@@ -31,22 +32,30 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        max_age_seconds=body.max_age_seconds, secret_ciphertext=crypto.encrypt(secret),
                        state=SubscriptionState.ACTIVE)
     db.session.add(sub)
+    db.session.flush()  # its id, for the audit entry
+    audit.record("subscription.created", subscription=sub, detail={"url": sub.url})
     db.session.commit()
     return sub, secret
 
 
 def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
     """Deliveries keep accumulating (held); nothing is dropped. Returns how many waiting ones were held."""
-    now = current_app.config["CLOCK"].now()
     sub.state = SubscriptionState.PAUSED
     sub.state_reason = reason
-    # Waiting deliveries show as held at once; one already in flight finishes, and is held if it fails.
-    held = db.session.execute(
+    held = hold_waiting(sub)
+    audit.record("subscription.paused", subscription=sub, deliveries=held, detail={"reason": reason})
+    db.session.commit()
+    return held
+
+
+def hold_waiting(sub: Subscription) -> int:
+    """Waiting deliveries show as held at once (pause, disable); one already in flight finishes, and
+    is held if it fails. Returns how many were held; the caller commits."""
+    now = current_app.config["CLOCK"].now()
+    return db.session.execute(
         update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
                                or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
         .values(state=DeliveryState.HELD, updated_at=now)).rowcount
-    db.session.commit()
-    return held
 
 
 def resume(sub: Subscription) -> int:
@@ -58,6 +67,7 @@ def resume(sub: Subscription) -> int:
         update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.HELD)
         .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
         .returning(Delivery.id)).all()
+    audit.record("subscription.resumed", subscription=sub, deliveries=len(ids))
     db.session.commit()
     enqueue([work_item(sub.id, i) for i in ids])
     return len(ids)
@@ -81,6 +91,8 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
                      schedule_started_at=now,
                      dead_lettered_at=None, succeeded_at=None, lease_token=None, lease_expires_at=None)
         .returning(Delivery.id)).all()
+    audit.record("deliveries.replayed", subscription=sub, deliveries=len(ids),
+                 detail={"delivery_ids": delivery_ids[:20]} if delivery_ids else {"which": "all dead letters"})
     db.session.commit()
     if target == DeliveryState.PENDING:
         enqueue([work_item(sub.id, i) for i in ids])

@@ -113,7 +113,9 @@ def _migrate(url: str) -> None:
 def _empty_tables(url: str) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams "
+        conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams, audit_entries, "
+                             "outcome_counts, incidents, incident_rules, subscription_health, sweep_marks, metric_counters, "
+                             "notification_sinks "
                              "RESTART IDENTITY CASCADE"))
     engine.dispose()
 
@@ -214,11 +216,13 @@ def producer(client):
 
 @pytest.fixture
 def users(app):
-    """An admin, an operator, a team owner, a team member and an outsider (other team)."""
+    """An admin, an operator, an on-call engineer, a team owner, a team member and an outsider
+    (the owner of another team)."""
     acme = db.session.scalar(sa.select(Team).where(Team.name == "acme")) or Team(name="acme")
     other = Team(name="other")
     made = {}
-    for role, team in [("admin", None), ("operator", None), ("owner", acme), ("member", acme), ("outsider", other)]:
+    for role, team in [("admin", None), ("operator", None), ("oncall", None), ("owner", acme), ("member", acme),
+                       ("outsider", other)]:
         user = User(email=f"{role}@example.com", role="owner" if role == "outsider" else role, team=team)
         user.set_password("pw-" + role)
         db.session.add(user)

@@ -14,7 +14,7 @@ from dashboard.extensions import db
 
 from .conftest import fresh_postgres_database
 
-BEFORE_PER_TEAM_IDS = "9b4e2f6c1d83"
+BEFORE_PER_TEAM_IDS = "c7a4e9b2d5f1"
 ROWS_AT_THE_OLD_HEAD = [
     "INSERT INTO teams (id, name, strict_event_types, created_at) VALUES (1, 't', false, '2026-01-01')",
     "INSERT INTO subscriptions (id, team_id, url, description, event_types, event_versions, retry_policy, "

@@ -75,21 +75,22 @@ def operation(summary: str, *, responses: dict, body: type[BaseModel] | None = N
 
 
 # Built once: every API request runs it (the revoked check stays in the query, so revoking takes effect at once).
-_TEAM_BY_TOKEN = (select(Team).join(ApiToken, ApiToken.team_id == Team.id)
+_TEAM_BY_TOKEN = (select(Team, ApiToken.display_prefix).join(ApiToken, ApiToken.team_id == Team.id)
                   .where(ApiToken.token_sha256 == bindparam("digest"), ApiToken.revoked_at.is_(None)))
 
 
 def authenticate() -> Team:
-    """The team whose bearer token came with the request, as g.team; 401 without one."""
+    """The team whose bearer token came with the request, as g.team (and the token's prefix as
+    g.api_token_prefix, which names the actor in the audit log); 401 without one."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <team token>'")
-    team = db.session.scalar(_TEAM_BY_TOKEN, {"digest": ApiToken.digest(token.strip())})
-    if team is None:
+    found = db.session.execute(_TEAM_BY_TOKEN, {"digest": ApiToken.digest(token.strip())}).first()
+    if found is None:
         raise ApiError(401, "invalid or revoked token")
-    g.team = team
-    return team
+    g.team, g.api_token_prefix = found
+    return g.team
 
 
 def read_body(model: type[BaseModel], required: bool = True) -> BaseModel:

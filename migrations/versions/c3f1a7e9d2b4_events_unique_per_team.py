@@ -1,7 +1,7 @@
 """events: a producer's event id is unique in its team, not across teams
 
 Revision ID: c3f1a7e9d2b4
-Revises: 9b4e2f6c1d83
+Revises: c7a4e9b2d5f1
 Create Date: 2026-11-30 12:30:00.000000
 
 One team could take an id another team would use (a 409) and learn that it exists. Events get
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = 'c3f1a7e9d2b4'
-down_revision = '9b4e2f6c1d83'
+down_revision = 'c7a4e9b2d5f1'
 branch_labels = None
 depends_on = None
 

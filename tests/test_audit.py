@@ -1,0 +1,33 @@
+"""The audit log names who changed what: a signed-in user, an API token's prefix, or the system."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from dashboard.extensions import db
+from dashboard.models import AuditEntry
+
+
+def _entries(action):
+    return db.session.scalars(select(AuditEntry).where(AuditEntry.action == action).order_by(AuditEntry.id)).all()
+
+
+def test_a_pause_from_the_dashboard_names_the_user(client, auth, producer, receiver, users):
+    sub = producer.subscribe(receiver.url + "/status/200")
+    producer.publish()
+    auth.login("operator")
+    client.post(f"/subscriptions/{sub['id']}/pause", data={"csrf_token": auth.csrf()})
+    [entry] = _entries("subscription.paused")
+    assert (entry.actor_kind, entry.actor) == ("user", "operator@example.com")
+    assert entry.subscription_id == sub["id"] and entry.team_id == producer.team.id
+    assert entry.deliveries == 1
+
+
+def test_an_api_change_names_the_token_by_its_prefix(producer, receiver):
+    sub = producer.subscribe(receiver.url + "/status/200")
+    assert producer.post(f"/api/v1/subscriptions/{sub['id']}/pause").status_code == 200
+    [created] = _entries("subscription.created")
+    [paused] = _entries("subscription.paused")
+    for entry in (created, paused):
+        assert (entry.actor_kind, entry.actor) == ("token", producer.token[:10])
+        assert producer.token not in str(entry.detail)
