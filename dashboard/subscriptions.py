@@ -102,9 +102,10 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
 def deliveries_page(sub: Subscription, state: str | None, before: str | None,
                     limit: int) -> tuple[list[Delivery], str | None]:
     """Newest first, optionally in one state; `before` is the previous page's next_before (ids are time-ordered)."""
-    # Each delivery shows its event's id: loaded with the page, in one more query (the id only, not the body).
+    # Each delivery shows its event's id (API) and type (dashboard): loaded with the page in one more
+    # query, not one per row, and without the bodies.
     query = select(Delivery).where(Delivery.subscription_id == sub.id) \
-        .options(selectinload(Delivery.event).load_only(Event.id))
+        .options(selectinload(Delivery.event).load_only(Event.id, Event.type))
     if state:
         query = query.where(Delivery.state == state)
     if before:
