@@ -117,16 +117,16 @@ _SENDING_COLUMNS = (E.c.id.label("event_id"), E.c.type, E.c.created_at, E.c.body
 _CLAIM = _claim(array=False).returning(D.c.id)
 _LOAD = (
     select(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at, *_SENDING_COLUMNS)
-    .select_from(D.join(E, D.c.event_id == E.c.id).join(S, D.c.subscription_id == S.c.id))
+    .select_from(D.join(E, D.c.event_key == E.c.key).join(S, D.c.subscription_id == S.c.id))
     .where(D.c.id.in_(bindparam("claimed", expanding=True)))  # by primary key: lease_token has no index
 )
 # PostgreSQL: claim and load in one round trip, the UPDATE in a CTE.
 _claimed_cte = _claim(array=True).returning(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at,
-                                            D.c.event_id, D.c.subscription_id).cte("claimed")
+                                            D.c.event_key, D.c.subscription_id).cte("claimed")
 _CLAIM_AND_LOAD = (
     select(_claimed_cte.c.id, _claimed_cte.c.attempt_count, _claimed_cte.c.retry_base,
            _claimed_cte.c.schedule_started_at, *_SENDING_COLUMNS)
-    .select_from(_claimed_cte.join(E, _claimed_cte.c.event_id == E.c.id)
+    .select_from(_claimed_cte.join(E, _claimed_cte.c.event_key == E.c.key)
                  .join(S, _claimed_cte.c.subscription_id == S.c.id))
 )
 
