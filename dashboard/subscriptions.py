@@ -15,7 +15,7 @@ from .extensions import db
 from .ingest import enqueue
 from .queue import work_item
 from .validation import ApiError, check_fields
-from .models import Delivery, DeliveryState, Subscription, SubscriptionState, Team
+from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
 
 SCHEMES = ("promesa", "standard-webhooks")
 FIELDS = {"url", "event_types", "event_versions", "retry_policy", "description", "signature_scheme",
@@ -72,21 +72,45 @@ def create(team: Team, payload) -> tuple[Subscription, str]:
 
 def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
     """Deliveries keep accumulating (held); nothing is dropped. Returns how many waiting ones were held."""
+    return _hold(sub, SubscriptionState.PAUSED, reason, "subscription.paused")
+
+
+def disable(sub: Subscription, reason: str) -> int:
+    """A stronger pause: held the same way, but it takes a reason, shown to everyone on the subscription's
+    page, and only `enable` (not resume) ends it. The engine disables a subscription whose receiver answers 410."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ApiError(400, "a reason is required to disable a subscription")
+    if len(reason) > 500:
+        raise ApiError(400, "the reason must be at most 500 characters")
+    return _hold(sub, SubscriptionState.DISABLED, reason, "subscription.disabled")
+
+
+def _hold(sub: Subscription, state: str, reason: str, action: str) -> int:
     now = current_app.config["CLOCK"].now()
-    sub.state = SubscriptionState.PAUSED
+    sub.state = state
     sub.state_reason = reason
     # Waiting deliveries show as held at once; one already in flight finishes, and is held if it fails.
     held = db.session.execute(
         update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
                                or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
         .values(state=DeliveryState.HELD, updated_at=now)).rowcount
-    audit.record("subscription.paused", subscription=sub, deliveries=held, detail={"reason": reason})
+    audit.record(action, subscription=sub, deliveries=held, detail={"reason": reason})
     db.session.commit()
     return held
 
 
 def resume(sub: Subscription) -> int:
     """Active again: every held delivery becomes due now. Returns how many were released."""
+    return _release(sub, "subscription.resumed")
+
+
+def enable(sub: Subscription) -> int:
+    """End a disable (ours or the engine's on 410 Gone): the same as resume, recorded as an enable."""
+    return _release(sub, "subscription.enabled", {"was": sub.state_reason} if sub.state_reason else None)
+
+
+def _release(sub: Subscription, action: str, detail: dict | None = None) -> int:
     now = current_app.config["CLOCK"].now()
     sub.state = SubscriptionState.ACTIVE
     sub.state_reason = None
@@ -94,7 +118,7 @@ def resume(sub: Subscription) -> int:
         update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.HELD)
         .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
         .returning(Delivery.id)).all()
-    audit.record("subscription.resumed", subscription=sub, deliveries=len(ids))
+    audit.record(action, subscription=sub, deliveries=len(ids), detail=detail)
     db.session.commit()
     enqueue([work_item(sub.id, i) for i in ids])
     return len(ids)
@@ -126,12 +150,17 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
     return len(ids)
 
 
-def deliveries_page(sub: Subscription, state: str | None, before: str | None,
-                    limit: int) -> tuple[list[Delivery], str | None]:
-    """Newest first, optionally in one state; `before` is the previous page's next_before (ids are time-ordered)."""
+def deliveries_page(sub: Subscription, state: str | None, before: str | None, limit: int, *,
+                    event_type: str | None = None, status_code: int | None = None) -> tuple[list[Delivery], str | None]:
+    """Newest first, optionally in one state, of one event type, or with one last status code; `before` is
+    the previous page's next_before (ids are time-ordered)."""
     query = select(Delivery).where(Delivery.subscription_id == sub.id)
     if state:
         query = query.where(Delivery.state == state)
+    if event_type:
+        query = query.join(Event, Event.id == Delivery.event_id).where(Event.type == event_type)
+    if status_code is not None:
+        query = query.where(Delivery.last_status_code == status_code)
     if before:
         query = query.where(Delivery.id < before)
     rows = db.session.scalars(query.order_by(Delivery.id.desc()).limit(limit + 1)).all()

@@ -236,6 +236,9 @@ class Auth:
 
     def login(self, role):
         page = self.client.get("/login")
+        if page.status_code == 302:  # someone is signed in on this client: sign them out first
+            self.client.post("/logout", data={"csrf_token": self.csrf()})
+            page = self.client.get("/login")
         token = _csrf_from(page.get_data(as_text=True))
         return self.client.post("/login", data={"email": f"{role}@example.com", "password": "pw-" + role,
                                                 "csrf_token": token})

@@ -48,6 +48,9 @@ MATRIX = {
     ("pages.pause", "POST"): OPERATE,
     ("pages.resume", "POST"): OPERATE,
     ("pages.replay", "POST"): OPERATE,
+    ("pages.disable", "POST"): OPERATE,
+    ("pages.enable", "POST"): OPERATE,
+    ("pages.audit", "GET"): ALL_IN,  # each sees the entries of the teams they may see
 }
 
 
