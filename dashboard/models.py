@@ -78,9 +78,15 @@ class User(UserMixin, db.Model):
     password_hash: Mapped[str] = mapped_column(String(256))
     role: Mapped[str] = mapped_column(String(20), default="member")
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))
+    # A deactivated user cannot sign in, and a session already open stops working (Flask-Login's is_active).
+    active: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
     team: Mapped[Team | None] = relationship()
+
+    @property
+    def is_active(self) -> bool:
+        return self.active
 
     def set_password(self, password: str) -> None:
         self.password_hash = generate_password_hash(password)
@@ -158,7 +164,8 @@ class EventType(db.Model):
 
 class Event(db.Model):
     __tablename__ = "events"
-    __table_args__ = (UniqueConstraint("team_id", "idempotency_key", name="uq_events_team_idempotency_key"),)
+    __table_args__ = (UniqueConstraint("team_id", "idempotency_key", name="uq_events_team_idempotency_key"),
+                      Index("ix_events_type_created_at", "type", "created_at"))  # event search by type
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
@@ -168,9 +175,12 @@ class Event(db.Model):
     # The exact body sent on every attempt, so id and timestamp never drift between retries.
     body: Mapped[str] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    # data.resource_id, when it is a short string or number: what operators search events by.
+    resource_id: Mapped[str | None] = mapped_column(String(200), index=True)
     occurred_at: Mapped[dt.datetime] = mapped_column(DateTime)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)
 
+    team: Mapped[Team] = relationship()
     deliveries: Mapped[list[Delivery]] = relationship(back_populates="event", order_by="Delivery.created_at")
 
 

@@ -50,7 +50,9 @@ MATRIX = {
     ("pages.replay", "POST"): OPERATE,
     ("pages.disable", "POST"): OPERATE,
     ("pages.enable", "POST"): OPERATE,
-    ("pages.audit", "GET"): ALL_IN,  # each sees the entries of the teams they may see
+    ("pages.audit", "GET"): ALL_IN,
+    ("pages.events", "GET"): ALL_IN,  # search: each finds the events of the teams they may see
+    ("pages.event", "GET"): TEAM_PAGE,  # each sees the entries of the teams they may see
 }
 
 
