@@ -11,6 +11,7 @@ from flask import current_app
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 
+from . import audit
 from .clock import iso
 from .extensions import db
 from .validation import TYPE_RE, ApiError, check_fields
@@ -40,6 +41,7 @@ def declare(team: Team, payload) -> EventType:
     declared = EventType(team_id=team.id, name=name, version=version, description=description, schema=schema,
                          created_at=current_app.config["CLOCK"].now())
     db.session.add(declared)
+    audit.record("event_type.declared", team_id=team.id, target=f"event_type:{name}@{version}")
     try:
         db.session.commit()
     except IntegrityError:

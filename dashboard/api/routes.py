@@ -5,7 +5,7 @@ import functools
 from flask import g, jsonify, request
 from sqlalchemy import bindparam, select
 
-from .. import catalog
+from .. import audit, catalog
 from .. import contract as contract_service
 from .. import ingest as ingest_service
 from .. import subscriptions as subscription_service
@@ -193,7 +193,9 @@ def update_team():
     strict = payload.get("strict_event_types", g.team.strict_event_types)
     if not isinstance(strict, bool):
         raise ApiError(400, "strict_event_types must be true or false")
-    g.team.strict_event_types = strict
+    if strict != g.team.strict_event_types:
+        g.team.strict_event_types = strict
+        audit.record("team.updated", team_id=g.team.id, detail={"strict_event_types": strict})
     db.session.commit()
     return jsonify(team_json(g.team))
 
