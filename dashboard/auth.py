@@ -14,7 +14,9 @@ bp = Blueprint("auth", __name__)
 
 @login_manager.user_loader
 def load_user(user_id: str):
-    return db.session.get(User, int(user_id)) if user_id.isdigit() else None
+    user = db.session.get(User, int(user_id)) if user_id.isdigit() else None
+    # A deactivated user's open session stops working at its next request.
+    return user if user is not None and user.is_active else None
 
 
 def _safe_next(target: str | None) -> str:
@@ -32,8 +34,10 @@ def login():
         email = request.form.get("email", "").strip().lower()
         user = db.session.scalar(select(User).where(User.email == email))
         if user is not None and user.check_password(request.form.get("password", "")):
-            login_user(user)
-            return redirect(_safe_next(request.args.get("next")))
+            if login_user(user):  # False for a deactivated user
+                return redirect(_safe_next(request.args.get("next")))
+            flash("This account is deactivated; an admin can reactivate it.", "error")
+            return render_template("auth/login.html", email=email), 403
         flash("Wrong email or password.", "error")
         return render_template("auth/login.html", email=email), 401
     return render_template("auth/login.html", email="")

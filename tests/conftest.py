@@ -155,6 +155,16 @@ def config(database_url, redis_url, tmp_path, clock):
 @pytest.fixture
 def app(config):
     app = create_app(config)
+
+    @app.before_request
+    def _each_request_starts_with_its_own_g():
+        # Requests here share the test's app context (and so `g`); in production each has its own `g`, so
+        # Flask-Login and Flask-WTF read the user and the CSRF token from that request's session.
+        from flask import g
+
+        for cached in ("_login_user", "csrf_token"):
+            g.pop(cached, None)
+
     with app.app_context():
         yield app
         db.session.remove()

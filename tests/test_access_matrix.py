@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from dashboard.extensions import db
-from dashboard.models import Delivery
+from dashboard.models import ApiToken, Delivery
 
 from .conftest import Auth, _csrf_from
 
@@ -35,6 +35,7 @@ EDIT = {**OPERATE, "operator": "403"}
 ADMIN_ONLY = {"anonymous": "login", "member": "403", "owner": "403", "outsider": "403", "oncall": "403",
               "operator": "403", "admin": "ok"}
 PUBLIC = {role: "ok" for role in ROLES}
+TOKENS = {**ADMIN_ONLY, "owner": "ok", "outsider": "ok"}
 
 # (endpoint, method) -> expected per role. Path arguments are filled from the sample objects below.
 MATRIX = {
@@ -52,7 +53,16 @@ MATRIX = {
     ("pages.enable", "POST"): OPERATE,
     ("pages.audit", "GET"): ALL_IN,
     ("pages.events", "GET"): ALL_IN,  # search: each finds the events of the teams they may see
-    ("pages.event", "GET"): TEAM_PAGE,  # each sees the entries of the teams they may see
+    ("pages.event", "GET"): TEAM_PAGE,
+    ("pages.users", "GET"): ADMIN_ONLY,
+    ("pages.create_user", "POST"): ADMIN_ONLY,
+    ("pages.change_role", "POST"): ADMIN_ONLY,
+    ("pages.deactivate_user", "POST"): ADMIN_ONLY,
+    ("pages.reactivate_user", "POST"): ADMIN_ONLY,
+    # Owners manage their own team's tokens (the outsider: its own team's page, not acme's token), admins all.
+    ("pages.tokens", "GET"): TOKENS,
+    ("pages.create_token", "POST"): TOKENS,
+    ("pages.revoke_token", "POST"): {**TOKENS, "outsider": "404"},  # each sees the entries of the teams they may see
 }
 
 
@@ -76,7 +86,9 @@ def samples(producer, receiver, users, clock):
     sub = producer.subscribe(receiver.url + "/status/200")
     event = producer.publish()
     delivery = db.session.scalar(select(Delivery).where(Delivery.event_id == event["id"]))
-    return {"subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"]}
+    token = db.session.scalar(select(ApiToken).where(ApiToken.team_id == producer.team.id))
+    return {"subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"],
+            "user_id": users["member"].id, "token_id": token.id}
 
 
 def _outcome(resp) -> str:

@@ -11,7 +11,7 @@ from flask import Blueprint
 bp = Blueprint("pages", __name__)
 
 # Each module registers its routes on `bp` when imported.
-from . import audit, deliveries, events, formatting, overview, subscriptions  # noqa: E402,F401
+from . import audit, deliveries, events, formatting, overview, subscriptions, tokens, users  # noqa: E402,F401
 from .nav import nav_items  # noqa: E402
 
 
