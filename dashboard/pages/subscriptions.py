@@ -45,12 +45,12 @@ def subscription(subscription_id):
     types = dict(db.session.execute(select(Event.id, Event.type).where(Event.id.in_({d.event_id for d in page}))).all()) \
         if page else {}
     now = current_app.config["CLOCK"].now()
-    week = outcomes.series(db.session, [sub.id], now - dt.timedelta(days=CHART_DAYS) + dt.timedelta(hours=1), now)[sub.id]
+    week = outcomes.series(db.session, [sub.id], now - dt.timedelta(days=CHART_DAYS), now)[sub.id]
     entries = db.session.scalars(select(AuditEntry).where(AuditEntry.subscription_id == sub.id)
                                  .order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(AUDIT_ENTRIES)).all()
     return render_template("subscriptions/page.html", sub=sub, deliveries=page, types=types, filters=filters,
                            state=filters["state"], next_before=next_before, week=week, audit_entries=entries,
-                           can_operate=access.can_operate(current_user, sub))
+                           chart_days=CHART_DAYS, can_operate=access.can_operate(current_user, sub))
 
 
 @bp.get("/subscriptions/<subscription_id>/contract")
