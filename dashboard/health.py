@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import redis
 from sqlalchemy import and_, func, select
 
-from . import outcomes
+from . import outcomes, rollup
 from .models import Delivery, DeliveryState, OutcomeCount, Subscription, SubscriptionState
 
 # Deliveries that are not delivered yet; succeeded rows grow without bound, these stay small.
@@ -72,7 +72,7 @@ def subscriptions_health(session, subs: list[Subscription], now: dt.datetime) ->
     for sub_id, oldest in oldest_due(session, now, Delivery.subscription_id.in_(ids)):
         rows[sub_id].oldest_due_at = oldest
     since = now - dt.timedelta(hours=SPARKLINE_HOURS - 1)
-    for sub_id, buckets in outcomes.series(session, ids, since, now, 3600).items():
+    for sub_id, buckets in rollup.hourly(session, ids, since, now).items():
         rows[sub_id].hourly = buckets
     for sub_id, last_ok, failing in session.execute(_streaks(ids)):
         rows[sub_id].last_success_at = last_ok

@@ -114,7 +114,7 @@ def _empty_tables(url: str) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams, audit_entries, "
-                             "outcome_counts "
+                             "outcome_counts, outcome_hours "
                              "RESTART IDENTITY CASCADE"))
     engine.dispose()
 

@@ -26,7 +26,7 @@ def test_it_puts_the_failing_subscription_first_with_its_figures(app, client, au
     assert "0 %" in first and "100 %" in second  # success over the last 24 h
     assert '<span class="bad">5 min</span>' in first  # failing since the failure five minutes ago
     assert "5 min ago" in second and "never" in first  # last success
-    assert first.count('class="fail"') == 1 and second.count('class="ok"') == 1  # the sparklines' bars
+    assert first.count('<path class="fail" d="M') == 1 and second.count('<path class="ok" d="M') == 1  # the sparklines' bars
     assert 'aria-label="Attempts per hour, last 24 h: 0 succeeded, 1 failed"' in first
     assert "Queue depth" in html and "Live workers" in html
     assert failing["id"] in first and healthy["id"] in second

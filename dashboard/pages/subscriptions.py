@@ -8,7 +8,7 @@ from flask import abort, current_app, flash, redirect, render_template, request,
 from flask_login import current_user, login_required
 from sqlalchemy import select
 
-from .. import access, outcomes
+from .. import access, rollup
 from .. import contract as contract_service
 from .. import subscriptions as subscription_service
 from ..extensions import db
@@ -45,7 +45,7 @@ def subscription(subscription_id):
     types = dict(db.session.execute(select(Event.id, Event.type).where(Event.id.in_({d.event_id for d in page}))).all()) \
         if page else {}
     now = current_app.config["CLOCK"].now()
-    week = outcomes.series(db.session, [sub.id], now - dt.timedelta(days=CHART_DAYS), now)[sub.id]
+    week = rollup.hourly(db.session, [sub.id], now - dt.timedelta(days=CHART_DAYS), now)[sub.id]
     entries = db.session.scalars(select(AuditEntry).where(AuditEntry.subscription_id == sub.id)
                                  .order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(AUDIT_ENTRIES)).all()
     return render_template("subscriptions/page.html", sub=sub, deliveries=page, types=types, filters=filters,

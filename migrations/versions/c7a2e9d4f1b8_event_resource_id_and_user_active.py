@@ -1,4 +1,5 @@
-"""events.resource_id (searchable, indexed; filled at ingest from data.resource_id), events by type, users.active
+"""events.resource_id (searchable, indexed; filled at ingest from data.resource_id), events by type, users.active,
+and outcome_hours (outcome counts rolled up per hour, for the dashboard's charts)
 
 Revision ID: c7a2e9d4f1b8
 Revises: b3e8d1f0a6c2
@@ -31,9 +32,20 @@ def upgrade():
                    "AND length(json_extract(data, '$.resource_id')) <= 200")
     with op.batch_alter_table('users') as batch:
         batch.add_column(sa.Column('active', sa.Boolean(), nullable=False, server_default=sa.true()))
+    op.create_table(
+        'outcome_hours',
+        sa.Column('subscription_id', sa.String(length=40), nullable=False),
+        sa.Column('hour', sa.DateTime(), nullable=False),
+        sa.Column('succeeded', sa.Integer(), nullable=False, server_default='0'),
+        sa.Column('failed', sa.Integer(), nullable=False, server_default='0'),
+        sa.Column('dead', sa.Integer(), nullable=False, server_default='0'),
+        sa.Column('duration_ms', sa.BigInteger(), nullable=False, server_default='0'),
+        sa.PrimaryKeyConstraint('subscription_id', 'hour'),
+    )
 
 
 def downgrade():
+    op.drop_table('outcome_hours')
     with op.batch_alter_table('users') as batch:
         batch.drop_column('active')
     with op.batch_alter_table('events') as batch:
