@@ -12,9 +12,13 @@ bp = Blueprint("pages", __name__)
 
 # Each module registers its routes on `bp` when imported.
 from . import audit, deliveries, events, formatting, overview, subscriptions, tokens, users  # noqa: E402,F401
+from ..charts import bar_paths  # noqa: E402
 from .nav import nav_items  # noqa: E402
 
 
 @bp.app_context_processor
 def _navigation():
     return {"nav_items": nav_items}
+
+
+bp.add_app_template_global(bar_paths, "bar_paths")  # the chart macros' geometry (templates/shared/_charts.html)
