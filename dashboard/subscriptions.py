@@ -77,7 +77,7 @@ def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
 
 def disable(sub: Subscription, reason: str) -> int:
     """A stronger pause: held the same way, but it takes a reason, shown to everyone on the subscription's
-    page, and only `enable` (not resume) ends it. The engine disables a subscription whose receiver answers 410."""
+    page, and on the dashboard only `enable` (not resume) ends it. The engine disables on 410 Gone."""
     reason = (reason or "").strip()
     if not reason:
         raise ApiError(400, "a reason is required to disable a subscription")
