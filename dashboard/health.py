@@ -118,6 +118,10 @@ class QueueFigures:
         return None if self.ready is None else self.ready + self.scheduled
 
 
+def oldest_due_of(health: list[Health]) -> dt.datetime | None:
+    return min((h.oldest_due_at for h in health if h.oldest_due_at), default=None)
+
+
 def queue_figures(app, health: list[Health]) -> QueueFigures:
     """Queue depth (Redis ready + scheduled), live RQ workers, and the oldest due delivery among `health`.
     Redis being down shows as unknown figures, not an error page: the database still answers."""
@@ -125,7 +129,7 @@ def queue_figures(app, health: list[Health]) -> QueueFigures:
 
     from .queue import WorkQueue
 
-    figures = QueueFigures(oldest_due_at=min((h.oldest_due_at for h in health if h.oldest_due_at), default=None))
+    figures = QueueFigures(oldest_due_at=oldest_due_of(health))
     try:
         work = WorkQueue.for_app(app)
         pipe = work.conn.pipeline(transaction=False)

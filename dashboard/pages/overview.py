@@ -24,7 +24,10 @@ def visible_subscriptions():
 def overview():
     now = current_app.config["CLOCK"].now()
     rows = health.subscriptions_health(db.session, visible_subscriptions(), now)
-    queue = health.queue_figures(current_app, rows)
+    # Queue depth and workers are every team's together: for those who see every team; others get their own wait.
+    queue = health.queue_figures(current_app, rows) if current_user.role in access.GLOBAL_READERS \
+        else health.QueueFigures(oldest_due_at=health.oldest_due_of(rows))
     # htmx polls this route for the figures and the table alone; a normal request gets the whole page.
     template = "overview/_subscriptions.html" if request.headers.get("HX-Request") else "overview/page.html"
-    return render_template(template, rows=rows, queue=queue, now=now)
+    return render_template(template, rows=rows, queue=queue, now=now,
+                           whole_queue=current_user.role in access.GLOBAL_READERS)
