@@ -7,7 +7,7 @@ from flask_login import current_user, login_required
 from sqlalchemy import select
 from sqlalchemy.orm import joinedload
 
-from .. import access, health
+from .. import access, overview_figures as figures
 from ..extensions import db
 from ..models import Subscription
 from . import bp
@@ -23,10 +23,10 @@ def visible_subscriptions():
 @login_required
 def overview():
     now = current_app.config["CLOCK"].now()
-    rows = health.subscriptions_health(db.session, visible_subscriptions(), now)
+    rows = figures.subscriptions_health(db.session, visible_subscriptions(), now)
     # Queue depth and workers are every team's together: for those who see every team; others get their own wait.
-    queue = health.queue_figures(current_app, rows) if current_user.role in access.GLOBAL_READERS \
-        else health.QueueFigures(oldest_due_at=health.oldest_due_of(rows))
+    queue = figures.queue_figures(current_app, rows) if current_user.role in access.GLOBAL_READERS \
+        else figures.QueueFigures(oldest_due_at=figures.oldest_due_of(rows))
     # htmx polls this route for the figures and the table alone; a normal request gets the whole page.
     template = "overview/_subscriptions.html" if request.headers.get("HX-Request") else "overview/page.html"
     return render_template(template, rows=rows, queue=queue, now=now,
