@@ -88,6 +88,8 @@ def set_active(user: User, active: bool, acting: User | None = None) -> None:
     if user.active == active:
         return
     user.active = active
+    if not active:
+        user.end_sessions()
     audit.record("user.reactivated" if active else "user.deactivated", team_id=user.team_id,
                  target=f"user:{user.email}")
     db.session.commit()
@@ -104,12 +106,12 @@ def create_token(team: Team, actor=None) -> tuple[ApiToken, str]:
     return token, plaintext
 
 
-def revoke_token(token: ApiToken) -> bool:
+def revoke_token(token: ApiToken, actor=None) -> bool:
     """Revoked at once: the API's token lookup skips revoked tokens. False when it already was."""
     if token.revoked_at is not None:
         return False
     token.revoked_at = current_app.config["CLOCK"].now()
-    audit.record("token.revoked", team_id=token.team_id, target=f"token:{token.display_prefix}")
+    audit.record("token.revoked", team_id=token.team_id, target=f"token:{token.display_prefix}", actor=actor)
     db.session.commit()
     return True
 

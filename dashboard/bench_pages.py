@@ -60,14 +60,14 @@ def _seed_postgres(run, subs: list[str], deliveries: int, attempts_each: int, no
             "FROM generate_series(0, :n - 1) i")
     statements = [
         # events: one per round of deliveries over the subscriptions
-        "INSERT INTO events (id, team_id, type, version, data, body, resource_id, occurred_at, created_at) "
-        "SELECT 'evt_' || :p || lpad(e::text, 10, '0'), :team, 'bench.seed', 1, "
+        "INSERT INTO events (key, id, team_id, type, version, data, body, resource_id, occurred_at, created_at) "
+        "SELECT 'evt_' || :p || lpad(e::text, 10, '0'), 'evt_' || :p || lpad(e::text, 10, '0'), :team, 'bench.seed', 1, "
         "json_build_object('resource_id', 'r_' || e), "
         "'{\"id\":\"evt_' || :p || lpad(e::text, 10, '0') || '\",\"type\":\"bench.seed\",\"version\"\\:1,"
         "\"data\":{\"resource_id\":\"r_' || e || '\"}}', 'r_' || e, "
         "CAST(:now AS timestamp) - (:n - e * :per) * interval '1 second', "
         "CAST(:now AS timestamp) - (:n - e * :per) * interval '1 second' FROM generate_series(0, :events - 1) e",
-        "INSERT INTO deliveries (id, event_id, subscription_id, state, attempt_count, retry_base, next_attempt_at, "
+        "INSERT INTO deliveries (id, event_key, subscription_id, state, attempt_count, retry_base, next_attempt_at, "
         "created_at, updated_at, last_status_code, succeeded_at, dead_lettered_at) "
         "SELECT 'dlv_' || :p || lpad(i::text, 12, '0'), 'evt_' || :p || lpad((i / :per)::text, 10, '0'), "
         "(CAST(:subs AS text[]))[i % :per + 1], st, :each, 0, CASE WHEN st = 'scheduled' THEN at END, at, at, "

@@ -117,14 +117,14 @@ def _deliveries(sub: Subscription, rng: random.Random, dead: int) -> dict:
         event_id = new_id("evt")
         resource = f"inv_{rng.randint(1000, 9999)}"
         body = thin_body(event_id, "invoice.paid", 1, at.isoformat() + "Z", f'{{"resource_id":"{resource}"}}')
-        db.session.add(Event(id=event_id, team_id=sub.team_id, type="invoice.paid", version=1,
+        db.session.add(Event(key=event_id, id=event_id, team_id=sub.team_id, type="invoice.paid", version=1,
                              data={"resource_id": resource}, resource_id=resource, body=body, occurred_at=at,
                              created_at=at))
         state = "dead" if n < dead else "scheduled" if n < dead + 2 else "succeeded"
         if state == "scheduled" and sub.state != "active":
             state = "held"  # a paused or disabled subscription holds its retries
         tries = 8 if state == "dead" else 1 if state == "succeeded" else 3
-        d = Delivery(id=new_id("dlv"), event_id=event_id, subscription_id=sub.id, state=state, attempt_count=tries,
+        d = Delivery(id=new_id("dlv"), event_key=event_id, subscription_id=sub.id, state=state, attempt_count=tries,
                      last_status_code=200 if state == "succeeded" else 503, created_at=at, updated_at=at,
                      # one retry is due (waiting for a worker), the other later
                      next_attempt_at=NOW + dt.timedelta(minutes=8 if n > dead else -4 - 3 * dead) if state in ("scheduled", "held") else None,

@@ -6,12 +6,22 @@ Templates mirror the modules: `templates/<family>/page.html` and `_partial.html`
 
 from __future__ import annotations
 
-from flask import Blueprint
+from flask import Blueprint, abort, request
+
+from ..validation import nul_in_path_or_query
 
 bp = Blueprint("pages", __name__)
 
+
+@bp.before_request
+def refuse_nul():
+    if nul_in_path_or_query(request):
+        abort(400, "the path and the query must not contain NUL characters")
+
 # Each module registers its routes on `bp` when imported.
-from . import audit, deliveries, events, formatting, overview, subscriptions, tokens, users  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    audit, deliveries, events, formatting, incidents, overview, sinks, subscriptions, tokens, users,
+)
 from ..charts import bar_paths  # noqa: E402
 from .nav import nav_items  # noqa: E402
 

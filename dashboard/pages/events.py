@@ -56,7 +56,7 @@ def event(event_id):
         return render_template("events/search.html", q=event_id, by="id", results=matches, limit=RESULTS)
     ev = matches[0]
     deliveries = db.session.scalars(
-        select(Delivery).where(Delivery.event_id == ev.id)
+        select(Delivery).where(Delivery.event_key == ev.key)
         .options(selectinload(Delivery.subscription), selectinload(Delivery.attempts))
         .order_by(Delivery.created_at, Delivery.id)).all()
     try:

@@ -12,7 +12,7 @@ from .. import access, rollup
 from .. import contract as contract_service
 from .. import subscriptions as subscription_service
 from ..extensions import db
-from ..models import AuditEntry, DeliveryState, Event, SubscriptionState
+from ..models import AuditEntry, DeliveryState, SubscriptionState
 from ..validation import ApiError
 from . import bp
 
@@ -41,14 +41,11 @@ def subscription(subscription_id):
     page, next_before = subscription_service.deliveries_page(
         sub, filters["state"], request.args.get("before"), PAGE,
         event_type=filters["event_type"], status_code=filters["status_code"])
-    # One query for the page's event types, not one per row.
-    types = dict(db.session.execute(select(Event.id, Event.type).where(Event.id.in_({d.event_id for d in page}))).all()) \
-        if page else {}
     now = current_app.config["CLOCK"].now()
     week = rollup.hourly(db.session, [sub.id], now - dt.timedelta(days=CHART_DAYS), now)[sub.id]
     entries = db.session.scalars(select(AuditEntry).where(AuditEntry.subscription_id == sub.id)
                                  .order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(AUDIT_ENTRIES)).all()
-    return render_template("subscriptions/page.html", sub=sub, deliveries=page, types=types, filters=filters,
+    return render_template("subscriptions/page.html", sub=sub, deliveries=page, filters=filters,
                            state=filters["state"], next_before=next_before, week=week, audit_entries=entries,
                            chart_days=CHART_DAYS, can_operate=access.can_operate(current_user, sub))
 

@@ -2,7 +2,7 @@
 and outcome_hours (outcome counts rolled up per hour, for the dashboard's charts)
 
 Revision ID: c7a2e9d4f1b8
-Revises: b3e8d1f0a6c2
+Revises: c3f1a7e9d2b4
 Create Date: 2026-11-30 13:20:00.000000
 """
 from alembic import op
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = 'c7a2e9d4f1b8'
-down_revision = 'b3e8d1f0a6c2'
+down_revision = 'c3f1a7e9d2b4'
 branch_labels = None
 depends_on = None
 
