@@ -470,12 +470,14 @@ class Run:
 
         with self.app.app_context():
             with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.exec_driver_sql("VACUUM (ANALYZE) events, deliveries, attempts")
+                conn.exec_driver_sql("VACUUM (ANALYZE) events, deliveries, attempts, outcome_counts, outcome_hours, "
+                                     "audit_entries")
             db.engine.dispose()
 
     def _delete_team_rows(self):
         from sqlalchemy import delete, select
 
+        from . import bench_pages
         from .extensions import db
         from .models import ApiToken, Attempt, Delivery, Event, Subscription, Team
 
@@ -485,6 +487,7 @@ class Run:
         with self.app.app_context():
             subs = select(Subscription.id).where(Subscription.team_id == team_id)
             deliveries = select(Delivery.id).where(Delivery.subscription_id.in_(subs))
+            bench_pages.delete_rows(self, db, team_id)
             db.session.execute(delete(Attempt).where(Attempt.delivery_id.in_(deliveries)))
             db.session.execute(delete(Delivery).where(Delivery.subscription_id.in_(subs)))
             db.session.execute(delete(Event).where(Event.team_id == team_id))
@@ -650,45 +653,10 @@ def run_replay(run: Run, count: int, timeout: float) -> dict:
 
 
 def run_dashboard(run: Run, attempts: int, samples: int) -> dict:
-    """Seed `attempts` attempt rows (two per delivery, over the run's subscriptions) and time the
-    operator's list pages in-process with the Flask test client (server time, no network)."""
-    from .extensions import db
-    from .models import User
+    """Seed a dashboard's history and time its pages: dashboard.bench_pages."""
+    from . import bench_pages
 
-    subs = run.healthy_ids
-    seeded_at = time.monotonic()
-    ids = _seed(run, "seed", subs, max(1, attempts // 2), 2,
-                lambda i: "dead" if i % 20 == 0 else "scheduled" if i % 20 == 1 else "succeeded")
-    seed_seconds = time.monotonic() - seeded_at
-    with run.app.app_context():
-        email = f"bench-{run.run_id}@promesa.local"
-        user = User(email=email, role="admin")
-        user.set_password("bench-password")
-        db.session.add(user)
-        db.session.commit()
-        db.session.remove()
-    run.app.config["WTF_CSRF_ENABLED"] = False
-    client = run.app.test_client()
-    with run.app.app_context():
-        client.post("/login", data={"email": email, "password": "bench-password"})
-        pages = {"index": "/", "subscription": f"/subscriptions/{subs[0]}",
-                 "subscription_dead": f"/subscriptions/{subs[0]}?state=dead",
-                 "subscription_page_2": f"/subscriptions/{subs[0]}?before={ids[len(ids) // 2]}",
-                 "delivery": f"/deliveries/{ids[len(ids) // 3]}"}
-        out = {}
-        for name, path in pages.items():
-            times = []
-            for _ in range(samples):
-                began = time.perf_counter()
-                resp = client.get(path)
-                times.append((time.perf_counter() - began) * 1000)
-                if resp.status_code != 200:
-                    raise click.ClickException(f"{path} answered {resp.status_code}")
-            out[name] = {"p50_ms": _round(percentile(times, 50)), "p95_ms": _round(percentile(times, 95))}
-        with run.app.app_context():
-            db.session.remove()
-    return {"attempts": (max(1, attempts // 2)) * 2, "deliveries": max(1, attempts // 2),
-            "seed_seconds": round(seed_seconds, 1), "samples": samples, "pages": out}
+    return bench_pages.run_dashboard(run, attempts, samples)
 
 
 def _parse_receivers(spec: str | None) -> int:
@@ -776,10 +744,12 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                    f"{replayed['answer_ms']} ms, {replayed['delivered']} delivered in {replayed['seconds']} s = "
                    f"{replayed['deliveries_per_s']} deliveries/s")
     if dashboard_result:
-        click.echo(f"dashboard with {dashboard_result['attempts']} attempts (seeded in "
+        click.echo(f"dashboard with {dashboard_result['attempts']} attempts, {dashboard_result['dead_letters']} dead "
+                   f"letters over {dashboard_result['subscriptions']} subscriptions (a week of hours rolled up in "
+                   f"{dashboard_result['roll_up_week_seconds']} s; seeded in "
                    f"{dashboard_result['seed_seconds']} s), {dashboard_result['samples']} requests per page:")
         for name, t in dashboard_result["pages"].items():
-            click.echo(f"  {name:22s} p50 {t['p50_ms']} ms  p95 {t['p95_ms']} ms")
+            click.echo(f"  {name:24s} p50 {t['p50_ms']} ms  p95 {t['p95_ms']} ms")
     if not out["complete"]:
         click.echo("INCOMPLETE: not every delivery was recorded within the timeout", err=True)
     if as_json:
