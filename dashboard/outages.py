@@ -18,8 +18,10 @@ import threading
 import time
 
 import redis
-from flask import Flask, g, has_request_context
+from flask import Flask, g, has_request_context, request
 from sqlalchemy import event, exc
+
+from .extensions import db
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +65,9 @@ class ReconnectingFlask(Flask):
         except exc.DBAPIError as error:
             if not error.connection_invalidated or g.promesa_commit_sent:
                 raise
-            from .extensions import db
-
             db.session.rollback()
-            log.warning("%s %s: the database connection was lost; running it again on a new one",
-                        self.name, error.orig.__class__.__name__ if error.orig else "")
+            log.warning("%s %s: the database connection was lost (%s); running it again on a new one",
+                        request.method, request.path, type(error.orig).__name__)
             return super().dispatch_request()
 
 
