@@ -17,10 +17,11 @@ depends_on = None
 
 
 def upgrade():
-    with op.batch_alter_table('events') as batch:
-        batch.add_column(sa.Column('resource_id', sa.String(length=200), nullable=True))
-        batch.create_index('ix_events_resource_id', ['resource_id'])
-        batch.create_index('ix_events_type_created_at', ['type', 'created_at'])
+    # Plain ADD COLUMN and CREATE INDEX, which SQLite does in place: a batch would copy events to a new
+    # table and drop the old one, which the deliveries' foreign key to events refuses.
+    op.add_column('events', sa.Column('resource_id', sa.String(length=200), nullable=True))
+    op.create_index('ix_events_resource_id', 'events', ['resource_id'])
+    op.create_index('ix_events_type_created_at', 'events', ['type', 'created_at'])
     # Events stored before this revision: their resource id, when data has a short string or number one.
     if op.get_bind().dialect.name == 'postgresql':
         op.execute("UPDATE events SET resource_id = data->>'resource_id' "
@@ -30,8 +31,7 @@ def upgrade():
         op.execute("UPDATE events SET resource_id = CAST(json_extract(data, '$.resource_id') AS TEXT) "
                    "WHERE json_type(data, '$.resource_id') IN ('text', 'integer', 'real') "
                    "AND length(json_extract(data, '$.resource_id')) <= 200")
-    with op.batch_alter_table('users') as batch:
-        batch.add_column(sa.Column('active', sa.Boolean(), nullable=False, server_default=sa.true()))
+    op.add_column('users', sa.Column('active', sa.Boolean(), nullable=False, server_default=sa.true()))
     op.create_table(
         'outcome_hours',
         sa.Column('subscription_id', sa.String(length=40), nullable=False),
@@ -46,9 +46,8 @@ def upgrade():
 
 def downgrade():
     op.drop_table('outcome_hours')
-    with op.batch_alter_table('users') as batch:
-        batch.drop_column('active')
-    with op.batch_alter_table('events') as batch:
-        batch.drop_index('ix_events_type_created_at')
-        batch.drop_index('ix_events_resource_id')
-        batch.drop_column('resource_id')
+    op.drop_index('ix_events_type_created_at', table_name='events')
+    op.drop_index('ix_events_resource_id', table_name='events')
+    # In place on SQLite too (3.35+): a batch would copy and drop events, which the deliveries' foreign key refuses.
+    op.execute('ALTER TABLE users DROP COLUMN active')
+    op.execute('ALTER TABLE events DROP COLUMN resource_id')
