@@ -99,4 +99,6 @@ DEFAULTS = {
     "PROMESA_RESPONSE_EXCERPT_BYTES": 1024,
     # How long a claimed delivery stays a worker's before the sweeper may hand it to another.
     "PROMESA_LEASE_SECONDS": 120,
+    # Dead letters a bulk replay re-queues per transaction (its progress moves chunk by chunk).
+    "PROMESA_REPLAY_CHUNK": 500,
 }

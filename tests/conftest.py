@@ -113,7 +113,7 @@ def _migrate(url: str) -> None:
 def _empty_tables(url: str) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams, audit_entries "
+        conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams, audit_entries, replays "
                              "RESTART IDENTITY CASCADE"))
     engine.dispose()
 

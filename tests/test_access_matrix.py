@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from dashboard.extensions import db
-from dashboard.models import Delivery
+from dashboard.models import Delivery, Replay
 
 from .conftest import Auth, _csrf_from
 
@@ -48,6 +48,13 @@ MATRIX = {
     ("pages.pause", "POST"): OPERATE,
     ("pages.resume", "POST"): OPERATE,
     ("pages.replay", "POST"): OPERATE,
+    ("pages.dead_letters", "GET"): ALL_IN,
+    # Replays what the filter matches among the teams one may operate: an outsider replays only its own team's.
+    ("pages.replay_dead_letters", "POST"): {**OPERATE, "outsider": "ok"},
+    ("pages.replays", "GET"): ALL_IN,
+    ("pages.replay_progress", "GET"): TEAM_PAGE,
+    ("pages.cancel_replay", "POST"): OPERATE,
+    ("pages.replay_since", "POST"): OPERATE,
 }
 
 
@@ -71,7 +78,13 @@ def samples(producer, receiver, users, clock):
     sub = producer.subscribe(receiver.url + "/status/200")
     event = producer.publish()
     delivery = db.session.scalar(select(Delivery).where(Delivery.event_id == event["id"]))
-    return {"subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"]}
+    replay = Replay(actor_kind="user", actor="owner@example.com", team_id=producer.team.id, subscription_id=sub["id"],
+                    filter={"subscription_id": sub["id"]}, filter_key="sample", total=0, done=0, succeeded=0,
+                    failed=0, state="finished", created_at=clock.now(), finished_at=clock.now())
+    db.session.add(replay)
+    db.session.commit()
+    return {"subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"],
+            "replay_id": replay.id}
 
 
 def _outcome(resp) -> str:

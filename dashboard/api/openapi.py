@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..delivery.policies import POLICY_NAMES
-from ..models import DeliveryState
+from ..models import DeliveryState, ReplayState
 
 _ERROR = {"description": "what is wrong", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 
@@ -14,6 +14,9 @@ def _errors(*codes):
 
 def _json(schema_ref):
     return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_ref}"}}}}
+
+
+_REPLAY_STATES = list(ReplayState.ACTIVE + ReplayState.ENDED)
 
 
 def _id_param(name):
@@ -123,6 +126,21 @@ def document() -> dict:
                 "responses": {"202": {"description": "replay enqueued", "content": {"application/json": {
                     "schema": {"type": "object", "properties": {"replayed": {"type": "integer"}}}}}},
                     **_errors(400, 401, 404)}}},
+            "/subscriptions/{subscription_id}/replays": {"post": {
+                "summary": "Replay the subscription's dead letters as a job with progress: the answer comes at "
+                           "once; a second request with the same filter while it runs returns the running one",
+                "parameters": [sub_id],
+                "requestBody": {"required": False, **_json("ReplayInput")},
+                "responses": {"202": {"description": "replay started (or already running: duplicate true)",
+                                      "content": {"application/json": {"schema": {"type": "object", "properties": {
+                                          "id": {"type": "string"}, "total": {"type": "integer"},
+                                          "state": {"type": "string", "enum": _REPLAY_STATES},
+                                          "duplicate": {"type": "boolean"}}}}}},
+                              **_errors(400, 401, 404, 415)}}},
+            "/replays/{replay_id}": {"get": {
+                "summary": "A replay's progress: re-queued so far, and the outcomes of the replayed deliveries",
+                "parameters": [_id_param("replay_id")],
+                "responses": {"200": {"description": "the replay", **_json("Replay")}, **_errors(401, 404)}}},
             "/subscriptions/{subscription_id}/deliveries": {"get": {
                 "summary": "The subscription's deliveries, newest first",
                 "parameters": [sub_id,
@@ -195,6 +213,24 @@ def document() -> dict:
                                                                 "description": "whsec_...; shown once"}}}]},
                 "Delivery": delivery,
                 "Attempt": attempt,
+                "ReplayInput": {"type": "object", "additionalProperties": False, "properties": {
+                    "since": {"type": "string", "format": "date-time",
+                              "description": "only dead letters dead-lettered at or after this time"},
+                    "until": {"type": "string", "format": "date-time",
+                              "description": "only dead letters dead-lettered before this time"},
+                    "event_types": {"type": "array", "items": {"type": "string"},
+                                    "description": "only these event types"}}},
+                "Replay": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "state": {"type": "string", "enum": _REPLAY_STATES},
+                    "filter": {"type": "object"}, "subscription_id": {"type": ["string", "null"]},
+                    "total": {"type": "integer", "description": "dead letters matching when it was asked for"},
+                    "done": {"type": "integer", "description": "re-queued so far"},
+                    "succeeded": {"type": "integer", "description": "replayed deliveries delivered so far"},
+                    "failed": {"type": "integer", "description": "replayed deliveries dead again"},
+                    "waiting": {"type": "integer", "description": "replayed deliveries still on their way"},
+                    "error": {"type": ["string", "null"]}, "created_by": {"type": "string"},
+                    "created_at": {"type": "string"}, "started_at": {"type": ["string", "null"]},
+                    "finished_at": {"type": ["string", "null"]}}},
             },
         },
     }
