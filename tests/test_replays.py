@@ -26,13 +26,13 @@ def _small_chunks(app):
     app.config["PROMESA_DRAIN_LINGER_SECONDS"] = 0.0  # a drain job ends as soon as the ready list is empty
 
 
-def make_dead(app, clock, producer, receiver, status, events):
+def make_dead(app, clock, producer, receiver, status, events, deliver=deliver_due):
     """A subscription answering `status`, and one dead letter per (event type) in `events`, killed by
     the real pipeline (4xx: three attempts). Returns (subscription id, {delivery id: event id})."""
     sub = producer.subscribe(receiver.url + f"/status/{status}", event_types=sorted({t for t in events}))
     ids = [producer.publish(t)["id"] for t in events]
     for _ in range(3):
-        deliver_due(app, clock)
+        deliver(app, clock)
         clock.advance(hours=1)
     rows = db.session.execute(select(Delivery.id, Delivery.event_id, Delivery.state)
                               .where(Delivery.subscription_id == sub["id"])).all()
