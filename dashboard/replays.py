@@ -16,6 +16,7 @@ import json
 import logging
 import re
 
+import redis
 from flask import current_app
 from sqlalchemy import func, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
@@ -205,8 +206,12 @@ def start(dead: DeadLetterFilter) -> tuple[Replay, bool]:
         on_finished(replay)
     db.session.commit()
     if total:  # after the commit: the job must find its row
-        WorkQueue.for_app().rq.enqueue("dashboard.replays.run", replay.id, job_id=f"replay-{replay.id}",
-                                       job_timeout=6 * 3600, result_ttl=86400, failure_ttl=7 * 86400)
+        try:
+            WorkQueue.for_app().rq.enqueue("dashboard.replays.run", replay.id, job_id=f"replay-{replay.id}",
+                                           job_timeout=6 * 3600, result_ttl=86400, failure_ttl=7 * 86400)
+        except (redis.RedisError, OSError) as exc:  # say so on the replay's page; never leave it queued forever
+            log.warning("could not enqueue replay %s", replay.id, exc_info=True)
+            _end(replay.id, ReplayState.FAILED, error=f"could not reach the workers' queue: {exc}"[:500])
     return replay, True
 
 

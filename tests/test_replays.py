@@ -269,3 +269,25 @@ def test_replay_selected_takes_only_the_checked_ones(app, client, auth, two_team
     assert resp.status_code == 302
     run_worker(app)
     assert states(acme_dead)[left] == "dead" and states(acme_dead)[chosen] == "scheduled"  # 400 again: retrying
+
+
+def test_a_replay_that_cannot_reach_the_queue_says_so_instead_of_waiting_forever(app, producer, receiver, clock):
+    import socket
+
+    import redis
+
+    sub, dead = make_dead(app, clock, producer, receiver, 400, ["file.updated"])
+    with socket.socket() as probe:  # a port nothing listens on: Redis is down
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    working = app.extensions["promesa_redis"]
+    app.extensions["promesa_redis"] = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
+    try:
+        replay, started = replays.start(replays.DeadLetterFilter(subscription_id=sub))
+    finally:
+        app.extensions["promesa_redis"] = working
+    replay = db.session.get(Replay, replay.id)
+    assert started and replay.state == "failed" and "queue" in replay.error
+    assert set(states(dead).values()) == {"dead"}
+    again, started_again = replays.start(replays.DeadLetterFilter(subscription_id=sub))
+    assert started_again and again.id != replay.id  # the failed one does not block the filter
