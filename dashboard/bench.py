@@ -582,7 +582,7 @@ def _seed(run: Run, tag: str, subscription_ids: list[str], deliveries: int, atte
                     conn.execute(text(statement), params)
             with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 # As autovacuum leaves them: statistics, and a visibility map for index-only counts.
-                conn.execute(text("VACUUM (ANALYZE) events, deliveries, attempts"))
+                conn.execute(text("VACUUM (ANALYZE) events, deliveries, attempts, subscriptions"))
             return ids
         chunk = 20_000
         for start in range(0, deliveries, chunk):

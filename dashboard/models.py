@@ -176,6 +176,7 @@ class Event(db.Model):
 
 _HAS_NEXT_ATTEMPT = text("next_attempt_at IS NOT NULL")
 _IS_DEAD = text("state = 'dead'")
+_DEAD_LETTER_FILTERED = ["subscription_id", "event_id", "last_status_code", "last_error"]
 _REPLAYED = text("replay_id IS NOT NULL")
 
 
@@ -188,10 +189,12 @@ class Delivery(db.Model):
         Index("ix_deliveries_due", "state", "next_attempt_at", postgresql_where=_HAS_NEXT_ATTEMPT,
               sqlite_where=_HAS_NEXT_ATTEMPT),
         Index("ix_deliveries_subscription_state", "subscription_id", "state", "created_at"),
-        # The dead-letter desk: only dead rows, newest first, across subscriptions or within one.
-        Index("ix_deliveries_dead", "dead_lettered_at", "id", postgresql_where=_IS_DEAD, sqlite_where=_IS_DEAD),
+        # The dead-letter desk: only dead rows, newest first, across subscriptions or within one. On
+        # PostgreSQL they carry what the filters read, so a count is an index-only scan.
+        Index("ix_deliveries_dead", "dead_lettered_at", "id", postgresql_where=_IS_DEAD, sqlite_where=_IS_DEAD,
+              postgresql_include=_DEAD_LETTER_FILTERED),
         Index("ix_deliveries_dead_subscription", "subscription_id", "dead_lettered_at", "id",
-              postgresql_where=_IS_DEAD, sqlite_where=_IS_DEAD),
+              postgresql_where=_IS_DEAD, sqlite_where=_IS_DEAD, postgresql_include=_DEAD_LETTER_FILTERED[1:]),
         # A replay's outcomes so far: its deliveries by state.
         Index("ix_deliveries_replay", "replay_id", "state", postgresql_where=_REPLAYED, sqlite_where=_REPLAYED),
         # Free room on each page, so a claim (lease columns only) is a heap-only update: no index entries.

@@ -178,3 +178,11 @@ def test_the_replay_api_keeps_teams_apart(client, producer, dead):
     started = other.post(f"/api/v1/subscriptions/{dead['other'][0]}/replays").get_json()
     assert producer.get(f"/api/v1/replays/{started['id']}").status_code == 404
     assert other.get(f"/api/v1/replays/{started['id']}").status_code == 200
+
+
+def test_replay_selected_with_nothing_selected_keeps_the_filter(client, auth, dead):
+    auth.login("operator")
+    resp = client.post("/dead-letters/replay", data={"csrf_token": auth.csrf("/dead-letters"), "which": "selected",
+                                                     "result": "404"})
+    assert resp.status_code == 302 and resp.headers["Location"].endswith("/dead-letters?result=404")
+    assert db.session.scalar(select(Replay.id)) is None

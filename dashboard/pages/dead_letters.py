@@ -62,14 +62,13 @@ def replay_dead_letters():
     if access.operable_team_ids(current_user) == []:
         abort(403)
     try:
+        dead = replay_service.DeadLetterFilter.from_args(request.form)
         if request.form.get("which") == "selected":
             selected = tuple(request.form.getlist("delivery_id"))
             if not selected:
                 flash("Select the dead letters to replay first.", "error")
-                return redirect(url_for(".dead_letters", **request.args))
+                return redirect(url_for(".dead_letters", **dead.as_args()))
             dead = replay_service.DeadLetterFilter(delivery_ids=selected)
-        else:
-            dead = replay_service.DeadLetterFilter.from_args(request.form)
     except ApiError as exc:
         abort(400, exc.message)
     return show_started(*replay_service.start(operable(dead)))
