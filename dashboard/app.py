@@ -9,6 +9,7 @@ from flask import Flask
 from sqlalchemy import event
 
 from . import config as config_module
+from . import websecurity
 from .clock import SystemClock
 from .extensions import csrf, db, login_manager, migrate
 
@@ -40,15 +41,18 @@ def create_app(test_config: dict | None = None) -> Flask:
     login_manager.init_app(app)
     login_manager.login_view = "auth.login"
     csrf.init_app(app)
+    websecurity.init_app(app)
 
     from .api import bp as api_bp
     from .auth import bp as auth_bp
+    from .metrics import bp as metrics_bp
     from .pages import bp as pages_bp
 
     app.register_blueprint(api_bp)
     csrf.exempt(api_bp)  # the API authenticates with bearer tokens, not cookies
     app.register_blueprint(auth_bp)
     app.register_blueprint(pages_bp)
+    app.register_blueprint(metrics_bp)
     return app
 
 

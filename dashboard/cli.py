@@ -1,4 +1,4 @@
-"""The `promesa` command: up, web, worker, sweep, users, tokens, db, bench."""
+"""The `promesa` command: up, web, worker, sweep, users, tokens, sinks, db, bench."""
 
 from __future__ import annotations
 
@@ -79,6 +79,39 @@ def tokens_create(team_name):
     db.session.commit()
     click.echo(f"token for team {team.name} (shown once):", err=True)
     click.echo(plaintext)
+
+
+@tokens.command("list")
+@click.option("--team", "team_name", help="only this team's tokens")
+def tokens_list(team_name):
+    """Every token's prefix, team, creation and revocation time (the token itself is never kept)."""
+    query = select(ApiToken, Team.name).join(Team, ApiToken.team_id == Team.id).order_by(ApiToken.id)
+    if team_name:
+        query = query.where(Team.name == team_name)
+    click.echo(f"{'prefix':<12} {'team':<20} {'created (UTC)':<20} revoked (UTC)")
+    for token, team in db.session.execute(query):
+        revoked = f"{token.revoked_at:%Y-%m-%d %H:%M:%S}" if token.revoked_at else "-"
+        click.echo(f"{token.display_prefix:<12} {team:<20} {token.created_at:%Y-%m-%d %H:%M:%S}  {revoked}")
+
+
+@tokens.command("revoke")
+@click.argument("prefix_or_token")
+def tokens_revoke(prefix_or_token):
+    """Revoke a token, named by the prefix `tokens list` shows (or the whole token); the API refuses it at once."""
+    value = prefix_or_token.strip()
+    matches = db.session.scalars(select(ApiToken).where(
+        (ApiToken.display_prefix == value) | (ApiToken.token_sha256 == ApiToken.digest(value)))).all()
+    if not matches:
+        raise click.ClickException(f"no token with the prefix {value[:ApiToken.DISPLAY_LENGTH]!r}")
+    if len(matches) > 1:
+        raise click.ClickException(f"{len(matches)} tokens share the prefix {value!r}: pass the whole token")
+    token = matches[0]
+    if token.revoked_at is not None:
+        click.echo(f"token {token.display_prefix} was already revoked at {token.revoked_at:%Y-%m-%d %H:%M:%S} UTC")
+        return
+    token.revoked_at = current_app.config["CLOCK"].now()
+    db.session.commit()
+    click.echo(f"revoked token {token.display_prefix} of team {token.team.name}")
 
 
 @cli.command()
@@ -184,6 +217,9 @@ def up(host, port, worker_count):
 from .bench import bench_command  # noqa: E402  (a command of its own module, registered here)
 
 cli.add_command(bench_command)
+from .sink_commands import sinks_command  # noqa: E402
+
+cli.add_command(sinks_command)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from sqlalchemy import func, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload, selectinload
 
-from . import audit
+from . import audit, notifications
 from . import subscriptions as subscription_service
 from .clock import iso
 from .extensions import db
@@ -279,11 +279,15 @@ def cancel(replay: Replay) -> bool:
 
 
 def on_finished(replay: Replay) -> None:
-    """Called once when a replay ends (finished, cancelled or failed), in the transaction that ends it.
-    The alerts work hooks its notification here; today it writes the audit entry."""
+    """Called once when a replay ends (finished, cancelled or failed), in the transaction that ends it:
+    the audit entry, and for a finished one the notification to the sinks (staged with this commit)."""
     _record(replay, f"replay.{replay.state}", deliveries=replay.done,
             detail={"total": replay.total, "succeeded": replay.succeeded, "failed": replay.failed,
                     **({"error": replay.error} if replay.error else {})})
+    if replay.state == ReplayState.FINISHED and replay.done:
+        # Re-queued, not yet delivered: the replay's page follows the outcomes.
+        notifications.replay_finished(subscription_id=replay.subscription_id, team_id=replay.team_id,
+                                      replayed=replay.done, path=f"/replays/{replay.id}", replay_id=replay.id)
 
 
 def _record(replay: Replay, action: str, **kwargs) -> None:

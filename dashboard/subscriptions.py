@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 from flask import current_app
+from promesa_receiver import signing
 from sqlalchemy import case, or_, select, update
 
-from . import audit, crypto, signing
+from . import audit, crypto
 from .clock import iso
 from .delivery.policies import POLICY_NAMES
 from .delivery.targets import url_problem
@@ -72,17 +73,22 @@ def create(team: Team, payload) -> tuple[Subscription, str]:
 
 def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
     """Deliveries keep accumulating (held); nothing is dropped. Returns how many waiting ones were held."""
-    now = current_app.config["CLOCK"].now()
     sub.state = SubscriptionState.PAUSED
     sub.state_reason = reason
-    # Waiting deliveries show as held at once; one already in flight finishes, and is held if it fails.
-    held = db.session.execute(
-        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
-                               or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
-        .values(state=DeliveryState.HELD, updated_at=now)).rowcount
+    held = hold_waiting(sub)
     audit.record("subscription.paused", subscription=sub, deliveries=held, detail={"reason": reason})
     db.session.commit()
     return held
+
+
+def hold_waiting(sub: Subscription) -> int:
+    """Waiting deliveries show as held at once (pause, disable); one already in flight finishes, and
+    is held if it fails. Returns how many were held; the caller commits."""
+    now = current_app.config["CLOCK"].now()
+    return db.session.execute(
+        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
+                               or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
+        .values(state=DeliveryState.HELD, updated_at=now)).rowcount
 
 
 def resume(sub: Subscription) -> int:

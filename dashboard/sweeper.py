@@ -14,6 +14,7 @@ import time
 
 from sqlalchemy import or_, select
 
+from . import incidents
 from .clock import unix
 from .extensions import db
 from .models import Delivery, DeliveryState
@@ -28,6 +29,9 @@ def sweep_once(app, clock=None) -> int:
     clock = clock or app.config["CLOCK"]
     work = WorkQueue.for_app(app)
     now = clock.now()
+    # The rules, automatic disable, notifications: once a pass, first, so a Redis outage (which stops
+    # what follows) cannot hide the backlog it causes. Each of its steps logs its own failure.
+    incidents.evaluate(app, now)
     work.promote_due(unix(now))
     queued = work.queued_ids()
     found, last_id = 0, ""

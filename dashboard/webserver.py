@@ -10,6 +10,11 @@ import gc
 import sys
 
 
+# gunicorn would take X-Forwarded-Proto from a peer on 127.0.0.1 as https; the app decides instead
+# (PROMESA_TRUSTED_PROXIES, see dashboard.websecurity), so a local process cannot claim https.
+forwarded_allow_ips = ""
+
+
 def post_worker_init(worker) -> None:
     # The app and everything it imported live as long as the worker: keep them out of the cyclic
     # garbage collector's scans (in a delivering worker those scans took 13% of the CPU).

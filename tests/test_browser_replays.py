@@ -17,7 +17,7 @@ from dashboard import jobs
 from dashboard.queue import WorkQueue
 
 from .conftest import _csrf_from
-from .test_browser import browser_page, deliver_due, live_url  # noqa: F401  (fixtures)
+from .test_browser import assert_no_csp_violations, browser_page, deliver_due, live_url  # noqa: F401  (fixtures)
 from .test_replays import fix_receiver, make_dead
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
@@ -86,6 +86,7 @@ def test_an_operator_replays_the_matching_dead_letters_and_watches_them_arrive(
     assert page.locator("progress").get_attribute("value") == "3"
     assert page.locator(".state", has_text="finished").count() == 1
     page.screenshot(path=str(SCREENSHOTS / "replay-progress.png"), full_page=True)
+    assert_no_csp_violations(page)  # the polling partial and the bar work under the strict policy
 
     got = [json.loads(r.body)["id"] for r in receiver.requests[before:]]
     assert sorted(got) == sorted(dead.values())  # each event, once, at the repaired endpoint
@@ -104,6 +105,7 @@ def test_oncall_sees_dead_letters_without_buttons_and_a_forged_post_is_refused(
     assert page.locator("input[type=checkbox]").count() == 0
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "dead-letters-oncall.png"), full_page=True)
+    assert_no_csp_violations(page)
 
     token = _csrf_from(page.content())  # a valid session and CSRF token: only the role is missing
     forged = page.request.post(live_url + "/dead-letters/replay", form={"csrf_token": token, "which": "matching"},

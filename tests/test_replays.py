@@ -110,6 +110,21 @@ def _of_type(dead, event_type):
     return {d for d, e in dead.items() if e in event_ids}
 
 
+def test_a_finished_replay_tells_the_notification_sinks(app, producer, receiver, clock):
+    from dashboard import notifications
+    from dashboard.models import Event
+
+    sub, dead = make_dead(app, clock, producer, receiver, 400, ["file.updated"] * 2)
+    notifications.add_sink("json", receiver.url + "/ok")
+    db.session.commit()
+    replay, _ = replays.start(replays.DeadLetterFilter(subscription_id=sub))
+    replay_id = replay.id
+    run_worker(app)
+    [event] = db.session.scalars(select(Event).where(Event.type == "promesa.replay.finished")).all()
+    assert event.data["replay_id"] == replay_id and event.data["replayed"] == 2
+    assert event.data["url"].endswith(f"/replays/{replay_id}")
+
+
 def test_filters_by_time_window_and_result(app, producer, receiver, clock):
     sub_a, dead_a = make_dead(app, clock, producer, receiver, 400, ["file.updated"] * 2)
     cut = clock.advance(minutes=1)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from sqlalchemy import ARRAY, String, and_, any_, bindparam, or_, select, update
 
-from .. import crypto
+from .. import crypto, outcomes
 from ..clock import from_unix, unix
 from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, SubscriptionState
 from . import http
@@ -235,12 +235,17 @@ class DeliveryEngine:
         now = self.clock.now()
         attempts, updates, to_disable, to_schedule = [], [], {}, []
         settled: dict[tuple, list[str]] = {}  # finished for now (no next attempt): one UPDATE per kind
+        counts: dict[tuple[str, dt.datetime], list[int]] = {}  # per (subscription, minute), for charts and alerts
         for item, token, attempted_at, result in finished:
             outcome = result.outcome
             attempts.append((item.delivery_id, item.attempt_number, attempted_at, result.duration_ms,
                              outcome.status_code, outcome.error, result.response_excerpt))
             policy = policy_for(item.retry_policy, item.max_age_seconds)
             decision = decide(policy, outcome, item.attempts_in_schedule, item.schedule_started_at, now, self.rng)
+            count = counts.setdefault((item.subscription_id, outcomes.minute_of(attempted_at)), [0, 0, 0, 0])
+            count[0 if outcome.succeeded else 1] += 1
+            count[2] += decision.state == DeliveryState.DEAD
+            count[3] += result.duration_ms
             if decision.next_attempt_at is None:
                 key = (token, decision.state, item.attempt_number, outcome.status_code, outcome.error)
                 settled.setdefault(key, []).append(item.delivery_id)
@@ -258,6 +263,7 @@ class DeliveryEngine:
             stats.states[decision.state] += 1
         with self.db_engine.begin() as conn:
             self._insert_attempts(conn, attempts)
+            outcomes.add(conn, counts)
             for (token, state, attempt_count, status_code, error), ids in settled.items():
                 conn.execute(_SETTLE[conn.dialect.name == "postgresql"], {
                     "ids": ids, "token": token, "state": state, "attempt_count": attempt_count,

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from .. import signing
+from promesa_receiver import signing
 from .policies import Outcome
 from .targets import _is_ip, is_public
 

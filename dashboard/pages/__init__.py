@@ -11,7 +11,7 @@ from flask import Blueprint
 bp = Blueprint("pages", __name__)
 
 # Each module registers its routes on `bp` when imported.
-from . import dead_letters, deliveries, overview, replays, subscriptions  # noqa: E402,F401
+from . import dead_letters, deliveries, incidents, overview, replays, sinks, subscriptions  # noqa: E402,F401
 from .nav import nav_items  # noqa: E402
 
 

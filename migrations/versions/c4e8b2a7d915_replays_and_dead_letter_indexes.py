@@ -1,7 +1,7 @@
 """replays: bulk replay as a row with progress; dead-letter indexes for the operator's desk
 
 Revision ID: c4e8b2a7d915
-Revises: a1d7c3e5f209
+Revises: c7a4e9b2d5f1
 Create Date: 2026-11-30 12:30:00.000000
 
 The dead-letter indexes hold only dead rows (partial on state = 'dead'), so they stay as small as
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = 'c4e8b2a7d915'
-down_revision = 'a1d7c3e5f209'
+down_revision = 'c7a4e9b2d5f1'
 branch_labels = None
 depends_on = None
 
