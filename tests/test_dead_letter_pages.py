@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from dashboard.extensions import db
-from dashboard.models import AuditEntry, Delivery, Replay
+from dashboard.models import AuditEntry, Delivery, Replay, Subscription
 
 from .conftest import Producer
 from .test_replays import make_dead, run_worker, states
@@ -83,6 +83,10 @@ def test_an_owner_sees_and_replays_its_own_team_only(client, auth, dead):
     html = client.get("/dead-letters").get_data(as_text=True)
     assert matching(html) == 4 and "Replay the 4 matching" in html
     assert not any(d in html for d in dead["other"][1])
+    other_team = db.session.scalar(select(Subscription.team_id).where(Subscription.id == dead["other"][0]))
+    resp = client.get(f"/dead-letters?team={other_team}")  # another team's letters: none to see, none to replay
+    assert resp.status_code == 200 and matching(resp.get_data(as_text=True)) == 0
+    assert "Replay the" not in resp.get_data(as_text=True)
 
 
 def test_the_progress_partial_polls_until_the_replay_is_over(app, client, auth, dead, receiver):

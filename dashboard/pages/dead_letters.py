@@ -20,14 +20,14 @@ from .replays import show_started
 PAGE = 50
 
 
-def operable(dead: replay_service.DeadLetterFilter) -> replay_service.DeadLetterFilter:
-    """The filter narrowed to the teams the signed-in user may operate: 403 for roles that replay nothing,
-    and an owner's filter never reaches past the owner's team."""
+def operable(dead: replay_service.DeadLetterFilter) -> replay_service.DeadLetterFilter | None:
+    """The filter narrowed to the teams the signed-in user may operate (an owner's never reaches past
+    the owner's team); None when the user may replay none of it."""
     teams = access.operable_team_ids(current_user)
     if teams is None:
         return dead
     if not teams or (dead.team_id is not None and dead.team_id not in teams):
-        abort(403)
+        return None
     return dataclasses.replace(dead, team_id=teams[0])
 
 
@@ -43,10 +43,9 @@ def dead_letters():
         error, dead = exc.message, replay_service.DeadLetterFilter()
         rows, cursor = replay_service.page(dead.where(visible), None, PAGE)
     matching = replay_service.count(dead.where(visible))
-    may_replay = access.operable_team_ids(current_user) != []
-    replayable = matching
-    if may_replay and access.operable_team_ids(current_user) is not None:
-        replayable = replay_service.count(operable(dead).where(visible))
+    narrowed = operable(dead)
+    may_replay = narrowed is not None
+    replayable = matching if narrowed == dead or not may_replay else replay_service.count(narrowed.where(visible))
     subs = db.session.scalars(access.restrict(select(Subscription), current_user, Subscription.team_id)
                               .order_by(Subscription.url)).all()
     teams = db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
@@ -71,4 +70,6 @@ def replay_dead_letters():
             dead = replay_service.DeadLetterFilter(delivery_ids=selected)
     except ApiError as exc:
         abort(400, exc.message)
-    return show_started(*replay_service.start(operable(dead)))
+    narrowed = operable(dead)
+    access.require(narrowed is not None)
+    return show_started(*replay_service.start(narrowed))
