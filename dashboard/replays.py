@@ -125,7 +125,7 @@ class DeadLetterFilter:
         if team_clauses:
             clauses.append(Delivery.subscription_id.in_(select(Subscription.id).where(*team_clauses)))
         if self.event_types:
-            clauses.append(Delivery.event_id.in_(select(Event.id).where(Event.type.in_(self.event_types))))
+            clauses.append(Delivery.event.has(Event.type.in_(self.event_types)))
         if self.since:
             clauses.append(Delivery.dead_lettered_at >= self.since)
         if self.until:

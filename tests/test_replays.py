@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from dashboard import jobs, replays
 from dashboard.extensions import db
-from dashboard.models import AuditEntry, Delivery, Replay, Subscription
+from dashboard.models import AuditEntry, Delivery, Event, Replay, Subscription
 from dashboard.queue import WorkQueue
 
 from .conftest import Producer
@@ -34,8 +34,8 @@ def make_dead(app, clock, producer, receiver, status, events, deliver=deliver_du
     for _ in range(3):
         deliver(app, clock)
         clock.advance(hours=1)
-    rows = db.session.execute(select(Delivery.id, Delivery.event_id, Delivery.state)
-                              .where(Delivery.subscription_id == sub["id"])).all()
+    rows = db.session.execute(select(Delivery.id, Event.id.label("event_id"), Delivery.state)
+                              .join(Delivery.event).where(Delivery.subscription_id == sub["id"])).all()
     assert {r.state for r in rows} == {"dead"} and len(rows) == len(ids)
     return sub["id"], {r.id: r.event_id for r in rows}
 
@@ -104,8 +104,6 @@ def test_the_job_replays_exactly_the_matching_dead_letters_in_chunks(app, produc
 
 
 def _of_type(dead, event_type):
-    from dashboard.models import Event
-
     event_ids = set(db.session.scalars(select(Event.id).where(Event.type == event_type)))
     return {d for d, e in dead.items() if e in event_ids}
 
