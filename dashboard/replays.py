@@ -38,18 +38,26 @@ MAX_SELECTED = 500
 
 
 def parse_time(value, name: str) -> dt.datetime | None:
-    """An ISO 8601 time (a browser's datetime-local value counts as UTC) as naive UTC; None if empty."""
+    """A time as naive UTC; None if empty. An ISO 8601 string (a browser's datetime-local value, which has
+    no zone, counts as UTC) or a datetime; 400 if it is neither, 422 if its UTC is outside years 1 to 9999."""
     if value is None or value == "":
         return None
-    if not isinstance(value, str):
+    if isinstance(value, dt.datetime):
+        when = value
+    elif isinstance(value, str):
+        try:
+            when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ApiError(400, f"{name} must be an ISO 8601 time such as 2026-11-30T09:00:00Z, not {value!r}") \
+                from None
+    else:
         raise ApiError(400, f"{name} must be an ISO 8601 time such as 2026-11-30T09:00:00Z")
+    if when.tzinfo is None:
+        return when
     try:
-        when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ApiError(400, f"{name} must be an ISO 8601 time such as 2026-11-30T09:00:00Z, not {value!r}") from None
-    if when.tzinfo is not None:
-        when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return when
+        return when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is a valid time, but its UTC is before year 1
+        raise ApiError(422, f"{name} {value!r} is outside years 1 to 9999 in UTC") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +73,8 @@ class DeadLetterFilter:
     delivery_ids: tuple[str, ...] = ()  # "replay selected"
 
     def __post_init__(self):
-        if self.since and self.until and self.since >= self.until:
-            raise ApiError(400, "since must be before until")
+        if self.since and self.until and self.since >= self.until:  # well-formed, but an empty window
+            raise ApiError(422, "since must be before until")
         for t in self.event_types:
             if not isinstance(t, str) or not TYPE_RE.match(t):
                 raise ApiError(400, f"event_types must be event type names, not {t!r}")

@@ -66,7 +66,7 @@ def test_bad_filters_say_what_is_wrong(client, auth, dead):
     resp = client.get("/dead-letters?since=yesterday")
     assert resp.status_code == 400 and "since must be an ISO 8601 time" in resp.get_data(as_text=True)
     resp = client.get("/dead-letters?since=2026-01-02T00:00&until=2026-01-01T00:00")
-    assert resp.status_code == 400 and "since must be before until" in resp.get_data(as_text=True)
+    assert resp.status_code == 422 and "since must be before until" in resp.get_data(as_text=True)
     assert client.get("/dead-letters?team=acme").status_code == 400
 
 
@@ -163,16 +163,17 @@ def test_the_replay_api(app, producer, dead, receiver):
     assert entry.actor_kind == "token" and producer.token.startswith(entry.actor)
 
 
-@pytest.mark.parametrize("payload, message", [
-    ({"since": "yesterday"}, "since must be an ISO 8601 time"),
-    ({"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "since must be before until"),
-    ({"event_types": "file.updated"}, "event_types must be a list"),
-    ({"event_types": ["no spaces allowed"]}, "event_types must be event type names"),
-    ({"state": "dead"}, "unknown field(s): state"),
+@pytest.mark.parametrize("payload, status, message", [
+    ({"since": "yesterday"}, 400, "since must be an ISO 8601 time"),
+    ({"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, 422, "since must be before until"),
+    ({"until": "0001-01-01T00:00:00+14:00"}, 422, "outside years 1 to 9999"),
+    ({"event_types": "file.updated"}, 400, "event_types must be a list"),
+    ({"event_types": ["no spaces allowed"]}, 400, "event_types must be event type names"),
+    ({"state": "dead"}, 400, "unknown field(s): state"),
 ])
-def test_the_replay_api_refuses_bad_input(producer, dead, payload, message):
+def test_the_replay_api_refuses_bad_input(producer, dead, payload, status, message):
     resp = producer.post(f"/api/v1/subscriptions/{dead['a'][0]}/replays", payload)
-    assert resp.status_code == 400 and message in resp.get_json()["error"]
+    assert resp.status_code == status and message in resp.get_json()["error"]
     assert db.session.scalar(select(Replay.id)) is None  # nothing stored half-way
 
 

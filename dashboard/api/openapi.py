@@ -136,7 +136,7 @@ def document() -> dict:
                                           "id": {"type": "string"}, "total": {"type": "integer"},
                                           "state": {"type": "string", "enum": _REPLAY_STATES},
                                           "duplicate": {"type": "boolean"}}}}}},
-                              **_errors(400, 401, 404, 415)}}},
+                              **_errors(400, 401, 404, 415, 422)}}},
             "/replays/{replay_id}": {"get": {
                 "summary": "A replay's progress: re-queued so far, and the outcomes of the replayed deliveries",
                 "parameters": [_id_param("replay_id")],

@@ -40,7 +40,7 @@ def dead_letters():
         dead = replay_service.DeadLetterFilter.from_args(request.args)
         rows, cursor = replay_service.page(dead.where(visible), request.args.get("before"), PAGE)
     except ApiError as exc:
-        error, dead = exc.message, replay_service.DeadLetterFilter()
+        error, dead = exc, replay_service.DeadLetterFilter()
         rows, cursor = replay_service.page(dead.where(visible), None, PAGE)
     matching = replay_service.count(dead.where(visible))
     narrowed = operable(dead)
@@ -51,7 +51,7 @@ def dead_letters():
     teams = db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
     return render_template("dead_letters/page.html", dead=dead, args=dead.as_args(), rows=rows, cursor=cursor,
                            matching=matching, replayable=replayable, may_replay=may_replay, subscriptions=subs,
-                           teams=teams, error=error), 400 if error else 200
+                           teams=teams, error=error.message if error else None), error.status if error else 200
 
 
 @bp.post("/dead-letters/replay")
@@ -69,7 +69,7 @@ def replay_dead_letters():
                 return redirect(url_for(".dead_letters", **dead.as_args()))
             dead = replay_service.DeadLetterFilter(delivery_ids=selected)
     except ApiError as exc:
-        abort(400, exc.message)
+        abort(exc.status, exc.message)
     narrowed = operable(dead)
     access.require(narrowed is not None)
     return show_started(*replay_service.start(narrowed))

@@ -76,5 +76,5 @@ def replay_since(subscription_id):
         since = replay_service.parse_time(request.form.get("since"), "since")
         dead = replay_service.DeadLetterFilter(subscription_id=sub.id, team_id=sub.team_id, since=since)
     except ApiError as exc:
-        abort(400, exc.message)
+        abort(exc.status, exc.message)
     return show_started(*replay_service.start(dead))
