@@ -690,76 +690,10 @@ def run_replay(run: Run, count: int, timeout: float) -> dict:
 DASHBOARD_STATES = tuple("dead" if i % 5 == 0 else "scheduled" if i == 1 else "succeeded" for i in range(20))
 
 
-def _time(call, samples: int) -> dict:
-    times = []
-    for _ in range(samples):
-        began = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - began) * 1000)
-    return {"p50_ms": _round(percentile(times, 50)), "p95_ms": _round(percentile(times, 95))}
-
-
-def _dead_letter_pages(run: Run, client, ids: list[str]) -> dict:
-    """The dead-letter desk's pages at this size: filters of every kind, the next page, the replay pages
-    (one replay whose 10,000 replayed deliveries the progress partial counts)."""
-    import re
-
-    from sqlalchemy import update
-
-    from .extensions import db
-    from .models import Delivery, Replay
-
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    fmt = "%Y-%m-%dT%H:%M"
-    window = f"since={(now - dt.timedelta(days=2)).strftime(fmt)}&until={(now - dt.timedelta(hours=42)).strftime(fmt)}"
-    first = client.get("/dead-letters").get_data(as_text=True)
-    older = re.search(r'href="(/dead-letters\?before=[^"]+)">Older', first)
-    with run.app.app_context():
-        replay = Replay(actor_kind="system", actor="bench", team_id=run.team_id, filter={"team_id": run.team_id},
-                        filter_key=f"bench-{run.run_id}", total=10_000, done=10_000, succeeded=0, failed=0,
-                        state="finished", created_at=now, started_at=now, finished_at=now)
-        db.session.add(replay)
-        db.session.flush()
-        replay_id = replay.id
-        db.session.execute(update(Delivery).where(Delivery.id.in_(ids[:10_000])).values(replay_id=replay_id)
-                           .execution_options(synchronize_session=False))
-        db.session.commit()
-        db.session.remove()
-    return {"dead_letters": "/dead-letters",
-            "dead_letters_page_2": older.group(1).replace("&amp;", "&") if older else "/dead-letters",
-            "dead_letters_subscription": f"/dead-letters?subscription={run.healthy_ids[0]}",
-            "dead_letters_window": f"/dead-letters?{window}",
-            "dead_letters_type_result": "/dead-letters?event_type=bench.seed&result=5xx",
-            "replays": "/replays", "replay_progress": f"/replays/{replay_id}"}
-
-
-def _dead_letter_counts(run: Run, samples: int) -> dict:
-    """The count alone, for the filters an operator reaches for first (it must stay under 300 ms)."""
-    from . import replays
-    from .extensions import db
-
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    filters = {
-        "all": replays.DeadLetterFilter(),
-        "team": replays.DeadLetterFilter(team_id=run.team_id),
-        "subscription": replays.DeadLetterFilter(subscription_id=run.healthy_ids[0]),
-        "window_6h": replays.DeadLetterFilter(since=now - dt.timedelta(days=2), until=now - dt.timedelta(hours=42)),
-        "event_type": replays.DeadLetterFilter(event_types=("bench.seed",)),
-        "status_class": replays.DeadLetterFilter(result="5xx"),
-        "every_field": replays.DeadLetterFilter(team_id=run.team_id, event_types=("bench.seed",), result="500",
-                                                since=now - dt.timedelta(days=3)),
-    }
-    out = {}
-    with run.app.app_context():
-        for name, dead in filters.items():
-            out[name] = _time(lambda: replays.count(dead.where()), samples) | {"matching": replays.count(dead.where())}
-        db.session.remove()
-    return out
-
-
 def run_dashboard(run: Run, attempts: int, samples: int) -> dict:
     """Seed `attempts` attempt rows (two per delivery, over the run's subscriptions) and time the
     operator's pages in-process with the Flask test client (server time, no network)."""
+    from . import bench_dead_letters
     from .extensions import db
     from .models import User
 
@@ -781,7 +715,7 @@ def run_dashboard(run: Run, attempts: int, samples: int) -> dict:
         pages = {"index": "/", "subscription": f"/subscriptions/{subs[0]}",
                  "subscription_dead": f"/subscriptions/{subs[0]}?state=dead",
                  "subscription_page_2": f"/subscriptions/{subs[0]}?before={ids[len(ids) // 2]}",
-                 "delivery": f"/deliveries/{ids[len(ids) // 3]}"} | _dead_letter_pages(run, client, ids)
+                 "delivery": f"/deliveries/{ids[len(ids) // 3]}"} | bench_dead_letters.pages(run, client)
         out = {}
         for name, path in pages.items():
             times = []
@@ -796,7 +730,7 @@ def run_dashboard(run: Run, attempts: int, samples: int) -> dict:
             db.session.remove()
     return {"attempts": (max(1, attempts // 2)) * 2, "deliveries": max(1, attempts // 2),
             "seed_seconds": round(seed_seconds, 1), "samples": samples, "pages": out,
-            "dead_letter_counts": _dead_letter_counts(run, samples)}
+            "dead_letter_counts": bench_dead_letters.counts(run, samples)}
 
 
 def _parse_receivers(spec: str | None) -> int:
