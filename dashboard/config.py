@@ -105,8 +105,10 @@ DEFAULTS = {
     "PROMESA_DRAIN_LINGER_SECONDS": 2.0,
     "PROMESA_SWEEP_INTERVAL_SECONDS": 60.0,
     "PROMESA_RESPONSE_EXCERPT_BYTES": 1024,
-    # How long a claimed delivery stays a worker's before the sweeper may hand it to another.
-    "PROMESA_LEASE_SECONDS": 120,
+    # How long a claimed delivery stays a worker's before the sweeper may hand it to another. A drain
+    # renews the leases of what it holds every third of this, so it bounds how long the work of a
+    # worker killed outright (SIGKILL, a lost machine) waits, not how long a delivery may wait here.
+    "PROMESA_LEASE_SECONDS": 30,
     # Dead letters a bulk replay re-queues per transaction (its progress moves chunk by chunk).
     "PROMESA_REPLAY_CHUNK": 500,
     # Links in notifications (Slack messages, JSON events) point here: the dashboard's public address.

@@ -169,10 +169,15 @@ class EventType(db.Model):
 
 class Event(db.Model):
     __tablename__ = "events"
-    __table_args__ = (UniqueConstraint("team_id", "idempotency_key", name="uq_events_team_idempotency_key"),)
+    __table_args__ = (UniqueConstraint("team_id", "idempotency_key", name="uq_events_team_idempotency_key"),
+                      UniqueConstraint("team_id", "id", name="uq_events_team_id"))
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    # Promesa's own id for the row, unique across teams: what deliveries reference. Never shown.
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # The event id producers and receivers see (the producer's own, or the key): unique in its team only,
+    # so look events up by (team_id, id), never by id alone.
+    id: Mapped[str] = mapped_column(String(64))
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
     type: Mapped[str] = mapped_column(String(200))
     version: Mapped[int] = mapped_column(Integer, default=1)
     data: Mapped[dict] = mapped_column(JSON)
@@ -187,7 +192,7 @@ class Event(db.Model):
 
 _HAS_NEXT_ATTEMPT = text("next_attempt_at IS NOT NULL")
 _IS_DEAD = text("state = 'dead'")
-_DEAD_LETTER_FILTERED = ["subscription_id", "event_id", "last_status_code", "last_error"]
+_DEAD_LETTER_FILTERED = ["subscription_id", "event_key", "last_status_code", "last_error"]
 _REPLAYED = text("replay_id IS NOT NULL")
 
 
@@ -213,7 +218,7 @@ class Delivery(db.Model):
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("dlv"))
-    event_id: Mapped[str] = mapped_column(ForeignKey("events.id"), index=True)
+    event_key: Mapped[str] = mapped_column(ForeignKey("events.key"), index=True)  # the event's key, not its id
     subscription_id: Mapped[str] = mapped_column(ForeignKey("subscriptions.id"))
     state: Mapped[str] = mapped_column(String(16), default=DeliveryState.PENDING)
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)

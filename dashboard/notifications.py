@@ -91,11 +91,11 @@ def store_events(team_id: int, event_type: str, data: dict, bodies: dict[str, Ca
             by_builder.setdefault(build, []).append(sub_id)
     event_rows, delivery_rows, ready = [], [], []
     for (build, sub_ids), event_id in zip(by_builder.items(), new_ids("evt", len(by_builder))):
-        event_rows.append({"id": event_id, "type": event_type, "data": data, "body": build(event_id),
+        event_rows.append({"key": event_id, "id": event_id, "type": event_type, "data": data, "body": build(event_id),
                            "occurred_at": now})
         for sub_id, delivery_id in zip(sub_ids, new_ids("dlv", len(sub_ids))):
             active = states[sub_id] == SubscriptionState.ACTIVE
-            delivery_rows.append({"id": delivery_id, "event_id": event_id, "subscription_id": sub_id,
+            delivery_rows.append({"id": delivery_id, "event_key": event_id, "subscription_id": sub_id,
                                   "state": DeliveryState.PENDING if active else DeliveryState.HELD})
             if active:
                 ready.append(work_item(sub_id, delivery_id))
@@ -222,9 +222,10 @@ def publish_dead_letters(now: dt.datetime) -> int:
     staged = 0
     if with_dead:
         rows = db.session.execute(
-            select(Delivery.id, Delivery.subscription_id, Delivery.event_id, Delivery.attempt_count,
+            select(Delivery.id, Delivery.subscription_id, Event.id, Delivery.attempt_count,
                    Delivery.last_status_code, Delivery.dead_lettered_at, Event.type, Subscription.team_id)
-            .join(Event, Event.id == Delivery.event_id).join(Subscription, Subscription.id == Delivery.subscription_id)
+            .join(Event, Event.key == Delivery.event_key)
+            .join(Subscription, Subscription.id == Delivery.subscription_id)
             .where(Delivery.subscription_id.in_(with_dead), Delivery.state == DeliveryState.DEAD,
                    Delivery.dead_lettered_at >= since, Delivery.dead_lettered_at < upto)
             .order_by(Delivery.dead_lettered_at).limit(MAX_DEAD_LETTER_EVENTS)).all()

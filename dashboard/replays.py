@@ -28,10 +28,11 @@ from .clock import iso
 from .extensions import db
 from .models import Delivery, DeliveryState, Event, Replay, ReplayState, Subscription
 from .queue import WorkQueue
-from .validation import TYPE_RE, ApiError
+from .validation import TYPE_PATTERN, ApiError
 
 log = logging.getLogger(__name__)
 
+_TYPE_NAME = re.compile(TYPE_PATTERN)
 _STATUS_CODE = re.compile(r"^[1-5]\d\d$")
 _STATUS_CLASS = re.compile(r"^([1-5])xx$")
 MAX_SELECTED = 500
@@ -76,7 +77,7 @@ class DeadLetterFilter:
         if self.since and self.until and self.since >= self.until:  # well-formed, but an empty window
             raise ApiError(422, "since must be before until")
         for t in self.event_types:
-            if not isinstance(t, str) or not TYPE_RE.match(t):
+            if not isinstance(t, str) or not _TYPE_NAME.match(t):
                 raise ApiError(400, f"event_types must be event type names, not {t!r}")
         if self.result is not None and (not isinstance(self.result, str) or not 0 < len(self.result) <= 200):
             raise ApiError(400, "result must be a status code (503), a class (5xx) or the start of an error")

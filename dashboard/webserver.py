@@ -24,7 +24,10 @@ def post_worker_init(worker) -> None:
 def command(bind: str, workers: int, access_log: bool = True) -> list[str]:
     """The gunicorn command line for the dashboard and API."""
     argv = [sys.executable, "-m", "gunicorn", "--config", "python:dashboard.webserver", "--workers", str(workers),
-            "--threads", "4", "--bind", bind, "--keep-alive", "30"]
+            "--threads", "4", "--bind", bind, "--keep-alive", "30",
+            # gunicorn's control socket defaults to one path in the home folder, shared by every server
+            # of that user; Promesa does not use it, so none is opened.
+            "--no-control-socket"]
     if access_log:
         argv += ["--access-logfile", "-"]
     return argv + ["dashboard:create_app()"]

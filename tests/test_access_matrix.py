@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from dashboard import notifications
 from dashboard.extensions import db
-from dashboard.models import Delivery, Incident, Replay
+from dashboard.models import Delivery, Event, Incident, Replay
 
 from .conftest import Auth, _csrf_from
 
@@ -91,7 +91,7 @@ def samples(producer, receiver, users, clock):
     """One of each object a route can name, all belonging to team acme."""
     sub = producer.subscribe(receiver.url + "/status/200")
     event = producer.publish()
-    delivery = db.session.scalar(select(Delivery).where(Delivery.event_id == event["id"]))
+    delivery = db.session.scalar(select(Delivery).join(Delivery.event).where(Event.id == event["id"]))
     now = clock.now()
     incident = Incident(subscription_id=sub["id"], team_id=producer.team.id, rule="dead_letters", state="open",
                         opened_at=now, first_seen_at=now, last_seen_at=now, figures={"dead": 5})

@@ -89,7 +89,7 @@ def test_a_team_subscribes_its_own_endpoint_to_operational_events(app, producer,
     request = sink.accepted()[0]
     assert verify(request.body, request.headers["X-Signature"], ops["secret"], now=clock.now().timestamp())
     # "*" means the producer's own types: Promesa's operational events never arrive by surprise.
-    got = db.session.scalars(select(Event.type).join(Delivery, Delivery.event_id == Event.id)
+    got = db.session.scalars(select(Event.type).join(Delivery, Delivery.event_key == Event.key)
                              .where(Delivery.subscription_id == everything["id"])).all()
     assert set(got) == {"file.updated"}
     sweep_once(app)  # a second pass announces nothing twice

@@ -2,35 +2,36 @@
 
 from __future__ import annotations
 
-from flask import g, jsonify, request
+from flask import g, jsonify
 
 from .. import replays as replay_service
+from .. import schemas
 from ..extensions import db
 from ..models import Replay
-from ..validation import ApiError, check_fields
+from ..validation import ApiError
 from . import bp
-from .routes import json_body, subscription_or_404, token_required
+from .operations import operation
+from .routes import subscription_or_404
 
 
 @bp.post("/subscriptions/<subscription_id>/replays")
-@token_required
-def start_replay(subscription_id):
+@operation("Replay the subscription's dead letters as a job with progress: the answer comes at once; a "
+           "second request with the same filter while it runs returns the running one",
+           body=schemas.BulkReplayInput, body_required=False, responses={202: schemas.ReplayStarted},
+           errors=(422,), links_to="replay_id")
+def start_replay(subscription_id, body: schemas.BulkReplayInput):
     """Replays the subscription's dead letters (optionally dead-lettered in [since, until), of these types)."""
     sub = subscription_or_404(subscription_id)
-    payload = check_fields(json_body() if request.content_length else {}, {"since", "until", "event_types"})
-    event_types = payload.get("event_types", [])
-    if not isinstance(event_types, list) or not all(isinstance(t, str) for t in event_types):
-        raise ApiError(400, "event_types must be a list of event type names")
     dead = replay_service.DeadLetterFilter(
-        subscription_id=sub.id, team_id=sub.team_id, event_types=tuple(event_types),
-        since=replay_service.parse_time(payload.get("since"), "since"),
-        until=replay_service.parse_time(payload.get("until"), "until"))
+        subscription_id=sub.id, team_id=sub.team_id, event_types=tuple(body.event_types),
+        since=replay_service.parse_time(body.since, "since"), until=replay_service.parse_time(body.until, "until"))
     replay, started = replay_service.start(dead)
     return jsonify(id=replay.id, total=replay.total, state=replay.state, duplicate=not started), 202
 
 
 @bp.get("/replays/<replay_id>")
-@token_required
+@operation("A replay's progress: re-queued so far, and the outcomes of the replayed deliveries",
+           responses={200: schemas.BulkReplay})
 def get_replay(replay_id):
     replay = db.session.get(Replay, replay_id)
     if replay is None or replay.team_id != g.team.id:

@@ -6,9 +6,17 @@ Templates mirror the modules: `templates/<family>/page.html` and `_partial.html`
 
 from __future__ import annotations
 
-from flask import Blueprint
+from flask import Blueprint, abort, request
+
+from ..validation import nul_in_path_or_query
 
 bp = Blueprint("pages", __name__)
+
+
+@bp.before_request
+def refuse_nul():
+    if nul_in_path_or_query(request):
+        abort(400, "the path and the query must not contain NUL characters")
 
 # Each module registers its routes on `bp` when imported.
 from . import dead_letters, deliveries, incidents, overview, replays, sinks, subscriptions  # noqa: E402,F401

@@ -1,7 +1,7 @@
 """replays: bulk replay as a row with progress; dead-letter indexes for the operator's desk
 
 Revision ID: c4e8b2a7d915
-Revises: c7a4e9b2d5f1
+Revises: c3f1a7e9d2b4
 Create Date: 2026-11-30 12:30:00.000000
 
 The dead-letter indexes hold only dead rows (partial on state = 'dead'), so they stay as small as
@@ -15,14 +15,14 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = 'c4e8b2a7d915'
-down_revision = 'c7a4e9b2d5f1'
+down_revision = 'c3f1a7e9d2b4'
 branch_labels = None
 depends_on = None
 
 DEAD = sa.text("state = 'dead'")
 REPLAYED = sa.text("replay_id IS NOT NULL")
 ACTIVE = sa.text("state IN ('queued', 'running')")
-FILTERED = ['subscription_id', 'event_id', 'last_status_code', 'last_error']
+FILTERED = ['subscription_id', 'event_key', 'last_status_code', 'last_error']
 
 
 def upgrade():
