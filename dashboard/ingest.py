@@ -59,6 +59,15 @@ def wants(sub, event_type: str, version: int) -> bool:
     return (pinned is None or pinned == version) and any(fnmatch.fnmatchcase(event_type, p) for p in sub.event_types)
 
 
+def resource_id_of(data: dict) -> str | None:
+    """data.resource_id as the searchable events.resource_id: a string or number of at most 200 characters."""
+    value = data.get("resource_id")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    value = str(value)
+    return value if len(value) <= 200 else None
+
+
 _json_str = json.encoder.encode_basestring_ascii  # how json.dumps writes a string (ensure_ascii)
 
 
@@ -171,6 +180,7 @@ def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | 
         event_id = event_id or key
         seen[event_id] = index
         events.append({"key": key, "id": event_id, "type": event_type, "version": version, "data": data,
+                       "resource_id": resource_id_of(data),
                        "body": thin_body(event_id, event_type, version,
                                          now_iso if occurred_at is None else iso(occurred_at), data_json),
                        "occurred_at": occurred_at or now})

@@ -78,11 +78,17 @@ class User(UserMixin, db.Model):
     password_hash: Mapped[str] = mapped_column(String(256))
     role: Mapped[str] = mapped_column(String(20), default="member")
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))
+    # A deactivated user cannot sign in, and a session already open stops working (Flask-Login's is_active).
+    active: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     # Part of every session's id: raising it ends all of the user's sessions (the cookie alone cannot).
     session_version: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
     team: Mapped[Team | None] = relationship()
+
+    @property
+    def is_active(self) -> bool:
+        return self.active
 
     def get_id(self) -> str:
         """What Flask-Login keeps in the session cookie: the user and the session version it was issued for."""
@@ -170,7 +176,8 @@ class EventType(db.Model):
 class Event(db.Model):
     __tablename__ = "events"
     __table_args__ = (UniqueConstraint("team_id", "idempotency_key", name="uq_events_team_idempotency_key"),
-                      UniqueConstraint("team_id", "id", name="uq_events_team_id"))
+                      UniqueConstraint("team_id", "id", name="uq_events_team_id"),
+                      Index("ix_events_type_created_at", "type", "created_at"))  # event search by type
 
     # Promesa's own id for the row, unique across teams: what deliveries reference. Never shown.
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -184,9 +191,12 @@ class Event(db.Model):
     # The exact body sent on every attempt, so id and timestamp never drift between retries.
     body: Mapped[str] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    # data.resource_id, when it is a short string or number: what operators search events by.
+    resource_id: Mapped[str | None] = mapped_column(String(200), index=True)
     occurred_at: Mapped[dt.datetime] = mapped_column(DateTime)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)
 
+    team: Mapped[Team] = relationship()
     deliveries: Mapped[list[Delivery]] = relationship(back_populates="event", order_by="Delivery.created_at")
 
 
@@ -414,6 +424,21 @@ class NotificationSink(db.Model):
     created_by: Mapped[str] = mapped_column(String(254))
 
     subscription: Mapped[Subscription] = relationship()
+
+
+class OutcomeHour(db.Model):
+    """outcome_counts summed per subscription per hour, for hours that are over (dashboard.rollup):
+    the overview's 24 h and a subscription's week read a few hundred of these instead of a hundred
+    thousand minutes. A row with subscription_id "*" marks an hour as rolled up, busy or not."""
+
+    __tablename__ = "outcome_hours"
+
+    subscription_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    hour: Mapped[dt.datetime] = mapped_column(DateTime, primary_key=True)  # the hour's start, UTC
+    succeeded: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    dead: Mapped[int] = mapped_column(Integer, default=0)
+    duration_ms: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class ReplayState:

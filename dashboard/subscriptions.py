@@ -40,10 +40,25 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
 
 def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
     """Deliveries keep accumulating (held); nothing is dropped. Returns how many waiting ones were held."""
-    sub.state = SubscriptionState.PAUSED
+    return _hold(sub, SubscriptionState.PAUSED, reason, "subscription.paused")
+
+
+def disable(sub: Subscription, reason: str) -> int:
+    """A stronger pause: held the same way, but it takes a reason, shown to everyone on the subscription's
+    page, and on the dashboard only `enable` (not resume) ends it. The engine disables on 410 Gone."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ApiError(400, "a reason is required to disable a subscription")
+    if len(reason) > 500:
+        raise ApiError(400, "the reason must be at most 500 characters")
+    return _hold(sub, SubscriptionState.DISABLED, reason, "subscription.disabled")
+
+
+def _hold(sub: Subscription, state: str, reason: str, action: str) -> int:
+    sub.state = state
     sub.state_reason = reason
     held = hold_waiting(sub)
-    audit.record("subscription.paused", subscription=sub, deliveries=held, detail={"reason": reason})
+    audit.record(action, subscription=sub, deliveries=held, detail={"reason": reason})
     db.session.commit()
     return held
 
@@ -60,6 +75,15 @@ def hold_waiting(sub: Subscription) -> int:
 
 def resume(sub: Subscription) -> int:
     """Active again: every held delivery becomes due now. Returns how many were released."""
+    return _release(sub, "subscription.resumed")
+
+
+def enable(sub: Subscription) -> int:
+    """End a disable (ours or the engine's on 410 Gone): the same as resume, recorded as an enable."""
+    return _release(sub, "subscription.enabled", {"was": sub.state_reason} if sub.state_reason else None)
+
+
+def _release(sub: Subscription, action: str, detail: dict | None = None) -> int:
     now = current_app.config["CLOCK"].now()
     sub.state = SubscriptionState.ACTIVE
     sub.state_reason = None
@@ -67,7 +91,7 @@ def resume(sub: Subscription) -> int:
         update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.HELD)
         .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
         .returning(Delivery.id)).all()
-    audit.record("subscription.resumed", subscription=sub, deliveries=len(ids))
+    audit.record(action, subscription=sub, deliveries=len(ids), detail=detail)
     db.session.commit()
     enqueue([work_item(sub.id, i) for i in ids])
     return len(ids)
@@ -117,15 +141,20 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
     return len(restarted)
 
 
-def deliveries_page(sub: Subscription, state: str | None, before: str | None,
-                    limit: int) -> tuple[list[Delivery], str | None]:
-    """Newest first, optionally in one state; `before` is the previous page's next_before (ids are time-ordered)."""
+def deliveries_page(sub: Subscription, state: str | None, before: str | None, limit: int, *,
+                    event_type: str | None = None, status_code: int | None = None) -> tuple[list[Delivery], str | None]:
+    """Newest first, optionally in one state, of one event type, or with one last status code; `before` is
+    the previous page's next_before (ids are time-ordered)."""
     # Each delivery shows its event's id (API) and type (dashboard): loaded with the page in one more
     # query, not one per row, and without the bodies.
     query = select(Delivery).where(Delivery.subscription_id == sub.id) \
         .options(selectinload(Delivery.event).load_only(Event.id, Event.type))
     if state:
         query = query.where(Delivery.state == state)
+    if event_type:
+        query = query.join(Event, Event.key == Delivery.event_key).where(Event.type == event_type)
+    if status_code is not None:
+        query = query.where(Delivery.last_status_code == status_code)
     if before:
         query = query.where(Delivery.id < before)
     rows = db.session.scalars(query.order_by(Delivery.id.desc()).limit(limit + 1)).all()

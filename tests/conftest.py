@@ -115,7 +115,7 @@ def _empty_tables(url: str) -> None:
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams, audit_entries, "
                              "outcome_counts, incidents, incident_rules, subscription_health, sweep_marks, metric_counters, "
-                             "notification_sinks, replays "
+                             "notification_sinks, outcome_hours, replays "
                              "RESTART IDENTITY CASCADE"))
     engine.dispose()
 
@@ -156,6 +156,16 @@ def config(database_url, redis_url, tmp_path, clock):
 @pytest.fixture
 def app(config):
     app = create_app(config)
+
+    @app.before_request
+    def _each_request_starts_with_its_own_g():
+        # Requests here share the test's app context (and so `g`); in production each has its own `g`, so
+        # Flask-Login and Flask-WTF read the user and the CSRF token from that request's session.
+        from flask import g
+
+        for cached in ("_login_user", "csrf_token"):
+            g.pop(cached, None)
+
     with app.app_context():
         yield app
         db.session.remove()
@@ -237,6 +247,9 @@ class Auth:
 
     def login(self, role):
         page = self.client.get("/login")
+        if page.status_code == 302:  # someone is signed in on this client: sign them out first
+            self.client.post("/logout", data={"csrf_token": self.csrf()})
+            page = self.client.get("/login")
         token = _csrf_from(page.get_data(as_text=True))
         return self.client.post("/login", data={"email": f"{role}@example.com", "password": "pw-" + role,
                                                 "csrf_token": token})

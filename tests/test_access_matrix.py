@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from dashboard import notifications
 from dashboard.extensions import db
-from dashboard.models import Delivery, Event, Incident, Replay
+from dashboard.models import ApiToken, Delivery, Event, Incident, Replay
 
 from .conftest import Auth, _csrf_from
 
@@ -36,6 +36,7 @@ EDIT = {**OPERATE, "operator": "403"}
 ADMIN_ONLY = {"anonymous": "login", "member": "403", "owner": "403", "outsider": "403", "oncall": "403",
               "operator": "403", "admin": "ok"}
 PUBLIC = {role: "ok" for role in ROLES}
+TOKENS = {**ADMIN_ONLY, "owner": "ok", "outsider": "ok"}
 # Acknowledging an incident: on-call, operators, admins and the owning team.
 ACKNOWLEDGE = {**TEAM_PAGE}
 
@@ -58,6 +59,20 @@ MATRIX = {
     ("pages.replay_progress", "GET"): TEAM_PAGE,
     ("pages.cancel_replay", "POST"): OPERATE,
     ("pages.replay_since", "POST"): OPERATE,
+    ("pages.disable", "POST"): OPERATE,
+    ("pages.enable", "POST"): OPERATE,
+    ("pages.audit", "GET"): ALL_IN,  # each sees the entries of the teams they may see
+    ("pages.events", "GET"): ALL_IN,  # search: each finds the events of the teams they may see
+    ("pages.event", "GET"): TEAM_PAGE,
+    ("pages.users", "GET"): ADMIN_ONLY,
+    ("pages.create_user", "POST"): ADMIN_ONLY,
+    ("pages.change_role", "POST"): ADMIN_ONLY,
+    ("pages.deactivate_user", "POST"): ADMIN_ONLY,
+    ("pages.reactivate_user", "POST"): ADMIN_ONLY,
+    # Owners manage their own team's tokens (the outsider: its own team's page, not acme's token), admins all.
+    ("pages.tokens", "GET"): TOKENS,
+    ("pages.create_token", "POST"): TOKENS,
+    ("pages.revoke_token", "POST"): {**TOKENS, "outsider": "404"},
     ("pages.incidents", "GET"): ALL_IN,
     ("pages.incident", "GET"): TEAM_PAGE,
     ("pages.acknowledge_incident", "POST"): ACKNOWLEDGE,
@@ -92,6 +107,7 @@ def samples(producer, receiver, users, clock):
     sub = producer.subscribe(receiver.url + "/status/200")
     event = producer.publish()
     delivery = db.session.scalar(select(Delivery).join(Delivery.event).where(Event.id == event["id"]))
+    token = db.session.scalar(select(ApiToken).where(ApiToken.team_id == producer.team.id))
     now = clock.now()
     incident = Incident(subscription_id=sub["id"], team_id=producer.team.id, rule="dead_letters", state="open",
                         opened_at=now, first_seen_at=now, last_seen_at=now, figures={"dead": 5})
@@ -102,7 +118,8 @@ def samples(producer, receiver, users, clock):
     db.session.commit()
     sink, _ = notifications.add_sink("json", receiver.url + "/ok")
     return {"subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"],
-            "incident_id": incident.id, "rule": "dead_letters", "sink_id": sink.id, "replay_id": replay.id}
+            "incident_id": incident.id, "rule": "dead_letters", "sink_id": sink.id, "replay_id": replay.id,
+            "user_id": users["member"].id, "token_id": token.id}
 
 
 def _outcome(resp) -> str:

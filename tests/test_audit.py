@@ -31,3 +31,27 @@ def test_an_api_change_names_the_token_by_its_prefix(producer, receiver):
     for entry in (created, paused):
         assert (entry.actor_kind, entry.actor) == ("token", producer.token[:10])
         assert producer.token not in str(entry.detail)
+
+
+def test_the_engine_disabling_a_gone_receiver_is_recorded_as_the_system(app, producer, receiver, clock):
+    from .support import pipeline
+
+    sub = producer.subscribe(receiver.url + "/status/410")
+    producer.publish()
+    producer.publish()
+    pipeline.deliver_due(app, clock)
+    [entry] = _entries("subscription.disabled")  # once, though two attempts were told 410
+    assert (entry.actor_kind, entry.actor) == ("system", "system")
+    assert entry.subscription_id == sub["id"] and entry.team_id == producer.team.id
+    assert "410" in entry.detail["reason"]
+
+
+def test_api_changes_to_the_catalog_and_the_team_are_recorded(producer):
+    schema = {"type": "object"}
+    assert producer.post("/api/v1/event-types", {"name": "file.updated", "schema": schema}).status_code == 201
+    assert producer.client.patch("/api/v1/team", json={"strict_event_types": True},
+                                 headers=producer.headers()).status_code == 200
+    [declared] = _entries("event_type.declared")
+    [updated] = _entries("team.updated")
+    assert declared.target == "event_type:file.updated@1" and declared.actor == producer.token[:10]
+    assert updated.detail == {"strict_event_types": True} and updated.team_id == producer.team.id

@@ -35,6 +35,18 @@ def test_users_create_with_a_generated_password(runner, client):
     assert again.exit_code != 0 and "already exists" in again.output
 
 
+def test_users_create_accepts_oncall_and_is_audited_as_the_cli(runner):
+    from dashboard.models import AuditEntry
+
+    result = runner.invoke(cli, ["users", "create", "--email", "pager@example.com", "--role", "oncall"])
+    assert result.exit_code == 0, result.output
+    assert db.session.scalar(select(User.role).where(User.email == "pager@example.com")) == "oncall"
+    entry = db.session.scalar(select(AuditEntry).where(AuditEntry.action == "user.created"))
+    assert (entry.actor_kind, entry.actor, entry.target) == ("system", "cli", "user:pager@example.com")
+    teamless = runner.invoke(cli, ["users", "create", "--email", "m@example.com", "--role", "member"])
+    assert teamless.exit_code != 0 and "belongs to a team" in teamless.output
+
+
 def test_tokens_list_shows_prefix_team_and_dates_never_the_token(runner, clock):
     first = runner.invoke(cli, ["tokens", "create", "--team", "payments"]).output.strip().splitlines()[-1]
     second = runner.invoke(cli, ["tokens", "create", "--team", "search"]).output.strip().splitlines()[-1]

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from dashboard.delivery.engine import DeliveryEngine
 from dashboard.extensions import db
-from dashboard.models import Attempt, Delivery, Subscription
+from dashboard.models import Attempt, Delivery, Event, Subscription
 from dashboard.queue import WorkQueue, split_item
 
 from .support.pipeline import deliver_due
@@ -42,7 +42,8 @@ def test_a_failed_drain_records_what_it_sent_and_releases_the_rest_at_once(app, 
     sent = [json.loads(r.body)["id"] for r in receiver.requests]
     assert len(sent) == 2
     db.session.expire_all()
-    recorded = db.session.scalars(select(Delivery.event_id).join(Attempt, Attempt.delivery_id == Delivery.id)).all()
+    recorded = db.session.scalars(select(Event.id).join(Delivery, Delivery.event_key == Event.key)
+                                .join(Attempt, Attempt.delivery_id == Delivery.id)).all()
     assert sorted(recorded) == sorted(sent)  # what reached the receiver has its attempt row
     assert leased_count() == 0  # the eight that waited are free at once, not after the lease
     ready = {split_item(i.decode())[1] for i in work.conn.lrange(work.ready_key, 0, -1)}
@@ -82,7 +83,7 @@ def test_a_delivery_that_fails_after_its_subscription_was_paused_is_held(app, pr
 
     engine.record([(item, token, clock.now(), http.AttemptResult(Outcome(status_code=503), 5, "busy"))], DrainStats())
     db.session.expire_all()
-    delivery = db.session.scalar(select(Delivery).where(Delivery.event_id == accepted["id"]))
+    delivery = db.session.scalar(select(Delivery).join(Event).where(Event.id == accepted["id"]))
     assert delivery.state == "held" and delivery.attempt_count == 1 and delivery.lease_token is None
 
     assert producer.post(f"/api/v1/subscriptions/{sub['id']}/resume").get_json()["released"] == 1

@@ -41,7 +41,7 @@ def publish_beside_a_healthy_team(client, producer, receiver, hostile_url, **fie
 
 def assert_healthy_recorded_exactly_once(receiver, good, healthy_ids):
     rows = attempts_for(good["id"])
-    assert sorted(d.event_id for _, d in rows) == sorted(healthy_ids)  # one attempt row each
+    assert sorted(d.event.id for _, d in rows) == sorted(healthy_ids)  # one attempt row each
     assert {(a.status_code, d.state) for a, d in rows} == {(200, "succeeded")}
     assert sorted(json.loads(r.body)["id"] for r in receiver.requests) == sorted(healthy_ids)  # sent once each
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import current_app, g, jsonify, request
 
-from .. import catalog
+from .. import audit, catalog
 from .. import contract as contract_service
 from .. import ingest as ingest_service
 from .. import subscriptions as subscription_service
@@ -174,7 +174,8 @@ def get_team():
 @operation("Change the team's settings (strict mode: only declared event types)", body=schemas.TeamUpdate,
            responses={200: schemas.Team})
 def update_team(body: schemas.TeamUpdate):
-    if body.strict_event_types is not None:
+    if body.strict_event_types is not None and body.strict_event_types != g.team.strict_event_types:
         g.team.strict_event_types = body.strict_event_types
+        audit.record("team.updated", team_id=g.team.id, detail={"strict_event_types": body.strict_event_types})
         db.session.commit()
     return jsonify(team_json(g.team))

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 import aiohttp
 from sqlalchemy import ARRAY, String, and_, any_, bindparam, case, func, or_, select, update
 
-from .. import crypto, outcomes
+from .. import audit, crypto, outcomes
 from ..clock import from_unix, unix
-from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, SubscriptionState
+from ..models import Attempt, AuditEntry, Delivery, DeliveryState, Event, Subscription, SubscriptionState
 from ..outages import REDIS_AWAY, retry_on_lost_connection
 from . import http
 from .policies import Decision, Outcome, decide, policy_for
@@ -350,8 +350,13 @@ class DeliveryEngine:
                 if updates:
                     conn.execute(_RESCHEDULE, updates)
                 for subscription_id, reason in to_disable.items():
-                    conn.execute(update(S).where(S.c.id == subscription_id, S.c.state == SubscriptionState.ACTIVE)
-                                 .values(state=SubscriptionState.DISABLED, state_reason=reason, updated_at=now))
+                    team_id = conn.execute(update(S).where(S.c.id == subscription_id, S.c.state == SubscriptionState.ACTIVE)
+                                           .values(state=SubscriptionState.DISABLED, state_reason=reason, updated_at=now)
+                                           .returning(S.c.team_id)).scalar()
+                    if team_id is not None:  # this batch disabled it: the system says so in the audit log
+                        conn.execute(AuditEntry.__table__.insert(), audit.entry_values(
+                            "subscription.disabled", at=now, team_id=team_id, subscription_id=subscription_id,
+                            detail={"reason": reason}))
 
         retry_on_lost_connection(write, "recording attempts")
         # After the commit: if Redis is away, the retry is only delayed until the sweeper finds it.

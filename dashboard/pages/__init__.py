@@ -19,10 +19,17 @@ def refuse_nul():
         abort(400, "the path and the query must not contain NUL characters")
 
 # Each module registers its routes on `bp` when imported.
-from . import dead_letters, deliveries, incidents, overview, replays, sinks, subscriptions  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    audit, dead_letters, deliveries, events, formatting, incidents, overview, replays, sinks, subscriptions,
+    tokens, users,
+)
+from ..charts import bar_paths  # noqa: E402
 from .nav import nav_items  # noqa: E402
 
 
 @bp.app_context_processor
 def _navigation():
     return {"nav_items": nav_items}
+
+
+bp.add_app_template_global(bar_paths, "bar_paths")  # the chart macros' geometry (templates/shared/_charts.html)

@@ -1,37 +1,33 @@
-"""The overview: every subscription you may see, with what is waiting for it."""
+"""The overview: every subscription you may see, worst first, with the queue above them."""
 
 from __future__ import annotations
 
-from flask import render_template, request
+from flask import current_app, render_template, request
 from flask_login import current_user, login_required
-from sqlalchemy import func, select
+from sqlalchemy import select
+from sqlalchemy.orm import joinedload
 
-from .. import access
+from .. import access, overview_figures as figures
 from ..extensions import db
-from ..models import Delivery, DeliveryState, Subscription
+from ..models import Subscription
 from . import bp
-
-OPEN_STATES = (DeliveryState.PENDING, DeliveryState.SCHEDULED, DeliveryState.HELD, DeliveryState.DEAD)
 
 
 def visible_subscriptions():
-    query = access.restrict(select(Subscription), current_user, Subscription.team_id)
+    query = access.restrict(select(Subscription).options(joinedload(Subscription.team)), current_user,
+                            Subscription.team_id)
     return db.session.scalars(query.order_by(Subscription.created_at.desc())).all()
 
 
 @bp.get("/")
 @login_required
 def overview():
-    subs = visible_subscriptions()
-    counts: dict[str, dict[str, int]] = {s.id: {} for s in subs}
-    if subs:
-        # Only the states that mean "not delivered yet": succeeded rows grow without bound, these stay small.
-        rows = db.session.execute(
-            select(Delivery.subscription_id, Delivery.state, func.count())
-            .where(Delivery.subscription_id.in_(list(counts)), Delivery.state.in_(OPEN_STATES))
-            .group_by(Delivery.subscription_id, Delivery.state)).all()
-        for sub_id, state, n in rows:
-            counts[sub_id][state] = n
-    # htmx polls this route for the table alone; a normal request gets the whole page.
+    now = current_app.config["CLOCK"].now()
+    rows = figures.subscriptions_health(db.session, visible_subscriptions(), now)
+    # Queue depth and workers are every team's together: for those who see every team; others get their own wait.
+    queue = figures.queue_figures(current_app, rows) if current_user.role in access.GLOBAL_READERS \
+        else figures.QueueFigures(oldest_due_at=figures.oldest_due_of(rows))
+    # htmx polls this route for the figures and the table alone; a normal request gets the whole page.
     template = "overview/_subscriptions.html" if request.headers.get("HX-Request") else "overview/page.html"
-    return render_template(template, subscriptions=subs, counts=counts)
+    return render_template(template, rows=rows, queue=queue, now=now,
+                           whole_queue=current_user.role in access.GLOBAL_READERS)

@@ -2,28 +2,52 @@
 
 from __future__ import annotations
 
-from flask import flash, redirect, render_template, request, url_for
-from flask_login import current_user, login_required
+import datetime as dt
 
-from .. import access
+from flask import abort, current_app, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+from sqlalchemy import select
+
+from .. import access, rollup
 from .. import contract as contract_service
 from .. import subscriptions as subscription_service
-from ..models import DeliveryState
+from ..extensions import db
+from ..models import AuditEntry, DeliveryState, SubscriptionState
+from ..validation import ApiError
 from . import bp
 
 PAGE = 50
+CHART_DAYS = 7
+AUDIT_ENTRIES = 20
+
+
+def _filters() -> dict:
+    """The delivery list's filters from the query string; a malformed one is a 400 that says so."""
+    state = request.args.get("state") or None
+    if state is not None and state not in DeliveryState.ALL:
+        abort(400, f"state must be one of: {', '.join(DeliveryState.ALL)}")
+    status = (request.args.get("status") or "").strip()
+    if status and not (status.isdigit() and 100 <= int(status) <= 599):
+        abort(400, "status must be an HTTP status code, from 100 to 599")
+    return {"state": state, "event_type": (request.args.get("type") or "").strip()[:200] or None,
+            "status_code": int(status) if status else None}
 
 
 @bp.get("/subscriptions/<subscription_id>")
 @login_required
 def subscription(subscription_id):
     sub = access.subscription_or_404(subscription_id)
-    state = request.args.get("state")
-    if state not in DeliveryState.ALL:
-        state = None
-    page, next_before = subscription_service.deliveries_page(sub, state, request.args.get("before"), PAGE)
-    return render_template("subscriptions/page.html", sub=sub, deliveries=page, state=state,
-                           next_before=next_before, can_operate=access.can_operate(current_user, sub))
+    filters = _filters()
+    page, next_before = subscription_service.deliveries_page(
+        sub, filters["state"], request.args.get("before"), PAGE,
+        event_type=filters["event_type"], status_code=filters["status_code"])
+    now = current_app.config["CLOCK"].now()
+    week = rollup.hourly(db.session, [sub.id], now - dt.timedelta(days=CHART_DAYS), now)[sub.id]
+    entries = db.session.scalars(select(AuditEntry).where(AuditEntry.subscription_id == sub.id)
+                                 .order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(AUDIT_ENTRIES)).all()
+    return render_template("subscriptions/page.html", sub=sub, deliveries=page, filters=filters,
+                           state=filters["state"], next_before=next_before, week=week, audit_entries=entries,
+                           chart_days=CHART_DAYS, can_operate=access.can_operate(current_user, sub))
 
 
 @bp.get("/subscriptions/<subscription_id>/contract")
@@ -48,6 +72,8 @@ def pause(subscription_id):
 def resume(subscription_id):
     # Resuming releases every held delivery at once.
     sub = access.subscription_or_404(subscription_id, need=access.can_operate)
+    if sub.state == SubscriptionState.DISABLED:
+        abort(409, "This subscription is disabled: enable it (its reason says why it was stopped).")
     released = subscription_service.resume(sub)
     flash(f"Resumed: {released} held deliveries are on their way.", "ok")
     return redirect(url_for(".subscription", subscription_id=sub.id))
@@ -64,3 +90,26 @@ def replay(subscription_id):
     target = url_for(".delivery", delivery_id=delivery_id) if delivery_id else \
         url_for(".subscription", subscription_id=sub.id)
     return redirect(target)
+
+
+@bp.post("/subscriptions/<subscription_id>/disable")
+@login_required
+def disable(subscription_id):
+    # A stronger pause, with a reason everyone who opens the page reads; only "enable" ends it.
+    sub = access.subscription_or_404(subscription_id, need=access.can_operate)
+    try:
+        held = subscription_service.disable(sub, request.form.get("reason", ""))
+    except ApiError as exc:
+        abort(exc.status, exc.message)
+    flash(f"Disabled: {held} waiting deliveries are held until someone enables it.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))
+
+
+@bp.post("/subscriptions/<subscription_id>/enable")
+@login_required
+def enable(subscription_id):
+    # Enabling is a resume: every held delivery is released at once.
+    sub = access.subscription_or_404(subscription_id, need=access.can_operate)
+    released = subscription_service.enable(sub)
+    flash(f"Enabled: {released} held deliveries are on their way.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))

@@ -1,7 +1,7 @@
 """replays: bulk replay as a row with progress; dead-letter indexes for the operator's desk
 
 Revision ID: c4e8b2a7d915
-Revises: c3f1a7e9d2b4
+Revises: c7a2e9d4f1b8
 Create Date: 2026-11-30 12:30:00.000000
 
 The dead-letter indexes hold only dead rows (partial on state = 'dead'), so they stay as small as
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = 'c4e8b2a7d915'
-down_revision = 'c3f1a7e9d2b4'
+down_revision = 'c7a2e9d4f1b8'
 branch_labels = None
 depends_on = None
 

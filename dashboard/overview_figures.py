@@ -1,0 +1,149 @@
+"""How each subscription is doing right now: the overview's rows, worst first, and the queue above them.
+
+Every figure is one grouped query over all the subscriptions shown (never one query per row), and
+the outcome figures come from `outcome_counts` (dashboard.outcomes), never from the attempts table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import redis
+from sqlalchemy import and_, func, select
+
+from . import outcomes, rollup
+from .models import Delivery, DeliveryState, OutcomeCount, Subscription, SubscriptionState
+
+# Deliveries that are not delivered yet; succeeded rows grow without bound, these stay small.
+WAITING_STATES = (DeliveryState.PENDING, DeliveryState.SCHEDULED, DeliveryState.HELD, DeliveryState.DEAD)
+SPARKLINE_HOURS = 24
+
+
+@dataclass
+class Health:
+    sub: Subscription
+    waiting: dict[str, int] = field(default_factory=dict)  # state -> deliveries
+    hourly: list[outcomes.Bucket] = field(default_factory=list)  # the last 24 h, oldest first
+    oldest_due_at: dt.datetime | None = None
+    last_success_at: dt.datetime | None = None
+    failing_since: dt.datetime | None = None
+
+    @property
+    def dead(self) -> int:
+        return self.waiting.get(DeliveryState.DEAD, 0)
+
+    @property
+    def day(self) -> outcomes.Bucket:
+        """The last 24 h summed."""
+        total = outcomes.Bucket(self.hourly[0].start if self.hourly else None)
+        for b in self.hourly:
+            total.succeeded += b.succeeded
+            total.failed += b.failed
+            total.dead += b.dead
+        return total
+
+    @property
+    def severity(self) -> int:
+        """0 is worst: disabled or failing now; 1: dead letters waiting or paused; 2: healthy."""
+        if self.sub.state == SubscriptionState.DISABLED or self.failing_since is not None:
+            return 0
+        if self.dead or self.sub.state == SubscriptionState.PAUSED:
+            return 1
+        return 2
+
+    def sort_key(self, now: dt.datetime):
+        rate = self.day.success_rate
+        waited = (now - self.oldest_due_at).total_seconds() if self.oldest_due_at else 0
+        return (self.severity, 1.0 if rate is None else rate, -self.dead, -waited, self.sub.url)
+
+
+def subscriptions_health(session, subs: list[Subscription], now: dt.datetime) -> list[Health]:
+    """One Health per subscription, worst first."""
+    rows = {s.id: Health(s) for s in subs}
+    ids = list(rows)
+    if not ids:
+        return []
+    for sub_id, *counts in session.execute(_waiting(ids)):
+        rows[sub_id].waiting = {state: n for state, n in zip(WAITING_STATES, counts) if n}
+    for sub_id, oldest in oldest_due(session, now, Delivery.subscription_id.in_(ids)):
+        rows[sub_id].oldest_due_at = oldest
+    since = now - dt.timedelta(hours=SPARKLINE_HOURS - 1)
+    for sub_id, buckets in rollup.hourly(session, ids, since, now).items():
+        rows[sub_id].hourly = buckets
+    for sub_id, last_ok, failing in session.execute(_streaks(ids)):
+        rows[sub_id].last_success_at = last_ok
+        rows[sub_id].failing_since = failing
+    return sorted(rows.values(), key=lambda h: h.sort_key(now))
+
+
+def _waiting(ids: list[str]):
+    """Per subscription, its deliveries in each waiting state: a count over each (subscription, state) range
+    of the deliveries index. Measured on PostgreSQL with 125,000 waiting rows, these correlated counts
+    took about half the time of one GROUP BY over the same rows, which hashes every one of them."""
+    counts = [select(func.count()).select_from(Delivery)
+              .where(Delivery.subscription_id == Subscription.id, Delivery.state == state)
+              .correlate(Subscription).scalar_subquery() for state in WAITING_STATES]
+    return select(Subscription.id, *counts).where(Subscription.id.in_(ids))
+
+
+def oldest_due(session, now: dt.datetime, *where):
+    """(subscription id, when its oldest due delivery was due) for deliveries waiting for a worker now."""
+    return session.execute(
+        select(Delivery.subscription_id, func.min(Delivery.next_attempt_at))
+        .where(Delivery.state.in_(DeliveryState.DUE), Delivery.next_attempt_at <= now, *where)
+        .group_by(Delivery.subscription_id)).all()
+
+
+def _streaks(ids: list[str]):
+    """Per subscription: the minute of its last success, and the first failing minute after it (when
+    it has failed since). Correlated subqueries that each read a few rows of the (subscription, minute)
+    key backwards or forwards, instead of grouping a week of minutes."""
+    oc = OutcomeCount.__table__.alias("oc")
+    last_ok = (select(func.max(oc.c.minute))
+               .where(oc.c.subscription_id == Subscription.id, oc.c.succeeded > 0)
+               .correlate(Subscription).scalar_subquery())
+    oc2 = OutcomeCount.__table__.alias("oc2")
+    first_failure = (select(func.min(oc2.c.minute))
+                     .where(oc2.c.subscription_id == Subscription.id, oc2.c.failed > 0,
+                            # a minute with no success after the last success; with none ever, any failure
+                            and_(oc2.c.minute > func.coalesce(last_ok, dt.datetime(1970, 1, 1))))
+                     .scalar_subquery())
+    return select(Subscription.id, last_ok.label("last_ok"), first_failure.label("failing")) \
+        .where(Subscription.id.in_(ids))
+
+
+@dataclass
+class QueueFigures:
+    ready: int | None = None
+    scheduled: int | None = None
+    workers: int | None = None
+    oldest_due_at: dt.datetime | None = None
+
+    @property
+    def depth(self) -> int | None:
+        return None if self.ready is None else self.ready + self.scheduled
+
+
+def oldest_due_of(health: list[Health]) -> dt.datetime | None:
+    return min((h.oldest_due_at for h in health if h.oldest_due_at), default=None)
+
+
+def queue_figures(app, health: list[Health]) -> QueueFigures:
+    """Queue depth (Redis ready + scheduled), live RQ workers, and the oldest due delivery among `health`.
+    Redis being down shows as unknown figures, not an error page: the database still answers."""
+    from rq import Worker
+
+    from .queue import WorkQueue
+
+    figures = QueueFigures(oldest_due_at=oldest_due_of(health))
+    try:
+        work = WorkQueue.for_app(app)
+        pipe = work.conn.pipeline(transaction=False)
+        pipe.llen(work.ready_key)
+        pipe.zcard(work.scheduled_key)
+        figures.ready, figures.scheduled = pipe.execute()
+        figures.workers = Worker.count(queue=work.rq)
+    except (redis.RedisError, OSError):
+        pass
+    return figures

@@ -1,0 +1,183 @@
+"""Regenerate the README's pictures: `make screenshots`.
+
+Seeds a week of demo data into a throwaway SQLite database (with the embedded Redis), serves the
+dashboard on 127.0.0.1, signs in as an admin with Debian's headless Chromium (Playwright) and saves
+one PNG per page in PAGES under docs/. The data is made up and the clock frozen, so the pictures
+only change when the pages do. A new page is one more line in PAGES.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dashboard import audit, create_app, crypto, outcomes, signing  # noqa: E402
+from dashboard.clock import FrozenClock  # noqa: E402
+from dashboard.extensions import db  # noqa: E402
+from dashboard.ids import new_id  # noqa: E402
+from dashboard.ingest import thin_body  # noqa: E402
+from dashboard.models import (  # noqa: E402
+    ApiToken, Attempt, AuditEntry, Delivery, Event, OutcomeCount, Subscription, Team, User,
+)
+
+NOW = dt.datetime(2026, 11, 30, 14, 0)
+# (file name, path: "{subscription}", "{event}" and "{delivery}" are the demo's worst ones)
+PAGES = [
+    ("overview", "/"),
+    ("subscription", "/subscriptions/{subscription}"),
+    ("event", "/events/{event}"),
+    ("delivery", "/deliveries/{delivery}"),
+    ("audit", "/audit"),
+]
+# (url, description, team, state, state reason, failure rate per hour: fn(hours ago) -> 0..1, attempts per hour)
+ENDPOINTS = [
+    ("https://billing.example.com/hooks", "invoices to billing", "payments", "active", None,
+     lambda h: 1.0 if h < 3 else 0.02, 40),
+    ("https://crm.example.net/promesa", "customer sync", "payments", "active", None,
+     lambda h: 0.35 if 20 < h < 60 else 0.03, 25),
+    ("https://search.example.org/reindex", "search indexer", "search", "paused", "paused by ana@example.com",
+     lambda h: 0.0, 60),
+    ("https://old-partner.example.com/webhooks", "legacy partner", "payments", "disabled",
+     "the receiver answered 410 Gone: it no longer wants these events", lambda h: 1.0 if h < 36 else 0.0, 5),
+    ("https://analytics.example.io/in", "analytics", "search", "active", None, lambda h: 0.0, 80),
+]
+
+
+def seed(app) -> dict:
+    rng = random.Random(7)
+    teams = {name: Team(name=name) for name in ("payments", "search")}
+    admin = User(email="admin@example.com", role="admin")
+    admin.set_password("demo-password")
+    db.session.add_all([*teams.values(), admin])
+    db.session.flush()
+    for team in teams.values():
+        token, _ = ApiToken.issue(team)
+        db.session.add(token)
+    worst = {}
+    counts, entries = [], []
+    for index, (url, description, team, state, reason, failing, per_hour) in enumerate(ENDPOINTS):
+        sub = Subscription(id=new_id("sub"), team_id=teams[team].id, url=url, description=description, state=state,
+                           state_reason=reason, secret_ciphertext=crypto.encrypt(signing.new_secret()),
+                           created_at=NOW - dt.timedelta(days=30), updated_at=NOW)
+        db.session.add(sub)
+        entries.append(audit.entry_values("subscription.created", at=sub.created_at, actor=("token", "pk_3Fh9aQx"),
+                                          team_id=sub.team_id, subscription_id=sub.id, detail={"url": url}))
+        for minutes_ago in range(7 * 24 * 60, 0, -10):  # a row every ten minutes for a week
+            rate = failing(minutes_ago / 60)
+            attempts = max(0, int(rng.gauss(per_hour / 6, per_hour / 30)))
+            failed = sum(rng.random() < rate for _ in range(attempts))
+            if (state == "paused" and minutes_ago < 2 * 60) or (state == "disabled" and minutes_ago < 30 * 60):
+                attempts = failed = 0  # nothing is attempted while paused or disabled
+            counts.append({"subscription_id": sub.id, "minute": NOW - dt.timedelta(minutes=minutes_ago),
+                           "succeeded": attempts - failed, "failed": failed, "dead": failed // 4,
+                           "duration_ms": attempts * rng.randint(40, 300)})
+        deliveries = _deliveries(sub, rng, dead=12 if index == 0 else 3 if index == 1 else 0)
+        if index == 0:
+            worst = deliveries
+    entries += [
+        audit.entry_values("subscription.paused", at=NOW - dt.timedelta(hours=2), actor=("user", "ana@example.com"),
+                           team_id=teams["search"].id, subscription_id=_sub_id(2), deliveries=14,
+                           detail={"reason": "paused by ana@example.com"}),
+        audit.entry_values("subscription.disabled", at=NOW - dt.timedelta(hours=30), team_id=teams["payments"].id,
+                           subscription_id=_sub_id(3), detail={"reason": ENDPOINTS[3][4]}),
+        audit.entry_values("deliveries.replayed", at=NOW - dt.timedelta(hours=26), actor=("user", "ops@example.com"),
+                           team_id=teams["payments"].id, subscription_id=_sub_id(1), deliveries=42,
+                           detail={"which": "all dead letters"}),
+        audit.entry_values("token.created", at=NOW - dt.timedelta(days=3), actor=("user", "owner@example.com"),
+                           team_id=teams["search"].id, target="token:pk_8kLm2Zq"),
+    ]
+    db.session.flush()
+    db.session.execute(OutcomeCount.__table__.insert(), counts)
+    db.session.execute(AuditEntry.__table__.insert(), entries)
+    db.session.commit()
+    return worst
+
+
+_created: list[str] = []
+
+
+def _sub_id(index: int) -> str:
+    return _created[index]
+
+
+def _deliveries(sub: Subscription, rng: random.Random, dead: int) -> dict:
+    """A few deliveries of the last hours: dead letters, retries waiting, successes, each with attempts."""
+    _created.append(sub.id)
+    first = {}
+    for n in range(dead + 6):
+        at = NOW - dt.timedelta(minutes=rng.randint(5, 600))
+        event_id = new_id("evt")
+        resource = f"inv_{rng.randint(1000, 9999)}"
+        body = thin_body(event_id, "invoice.paid", 1, at.isoformat() + "Z", f'{{"resource_id":"{resource}"}}')
+        db.session.add(Event(key=event_id, id=event_id, team_id=sub.team_id, type="invoice.paid", version=1,
+                             data={"resource_id": resource}, resource_id=resource, body=body, occurred_at=at,
+                             created_at=at))
+        state = "dead" if n < dead else "scheduled" if n < dead + 2 else "succeeded"
+        if state == "scheduled" and sub.state != "active":
+            state = "held"  # a paused or disabled subscription holds its retries
+        tries = 8 if state == "dead" else 1 if state == "succeeded" else 3
+        d = Delivery(id=new_id("dlv"), event_key=event_id, subscription_id=sub.id, state=state, attempt_count=tries,
+                     last_status_code=200 if state == "succeeded" else 503, created_at=at, updated_at=at,
+                     # one retry is due (waiting for a worker), the other later
+                     next_attempt_at=NOW + dt.timedelta(minutes=8 if n > dead else -4 - 3 * dead) if state in ("scheduled", "held") else None,
+                     dead_lettered_at=at if state == "dead" else None, succeeded_at=at if state == "succeeded" else None)
+        db.session.add(d)
+        for number in range(1, tries + 1):
+            ok = state == "succeeded"
+            db.session.add(Attempt(delivery_id=d.id, number=number, attempted_at=at + dt.timedelta(minutes=number),
+                                   duration_ms=rng.randint(40, 900), status_code=200 if ok else 503,
+                                   response_excerpt='{"ok":true}' if ok else "<html><h1>503 Service Unavailable</h1></html>"))
+        if not first:
+            first = {"subscription": sub.id, "event": event_id, "delivery": d.id}
+    return first
+
+
+def main() -> None:
+    import flask_migrate
+    from playwright.sync_api import sync_playwright
+    from werkzeug.serving import make_server
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        sys.exit("Debian's chromium is needed: make browser")
+    instance = Path(tempfile.mkdtemp(prefix="promesa-screenshots-"))
+    try:
+        app = create_app({"SQLALCHEMY_DATABASE_URI": f"sqlite:///{instance / 'demo.db'}", "INSTANCE_PATH": str(instance),
+                          "REDIS_URL": None, "PROMESA_REDIS_PREFIX": "promesa-demo", "PROMESA_QUEUE": "promesa-demo",
+                          "CLOCK": FrozenClock(NOW)})
+        with app.app_context():
+            flask_migrate.upgrade()
+            ids = seed(app)
+        server = make_server("127.0.0.1", 0, app, threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{server.server_port}"
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                         args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            page = browser.new_page(viewport={"width": 1360, "height": 800})
+            page.goto(base + "/login")
+            page.fill("input[name=email]", "admin@example.com")
+            page.fill("input[name=password]", "demo-password")
+            page.click("button[type=submit]")
+            page.wait_for_url(base + "/")
+            for name, path in PAGES:
+                page.goto(base + path.format(**ids))
+                target = ROOT / "docs" / f"{name}.png"
+                page.screenshot(path=str(target), full_page=True)
+                print(f"wrote {target.relative_to(ROOT)}")
+            browser.close()
+        server.shutdown()
+    finally:
+        shutil.rmtree(instance, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
