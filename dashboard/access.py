@@ -54,6 +54,13 @@ def can_operate(user, sub) -> bool:
     return user.role in GLOBAL_OPERATORS or (user.role == "owner" and _own_team(user, sub.team_id))
 
 
+def operable_team_ids(user) -> list[int] | None:
+    """The teams whose subscriptions this user may operate (as can_operate): None means every team."""
+    if user.role in GLOBAL_OPERATORS:
+        return None
+    return [user.team_id] if user.role == "owner" and user.team_id is not None else []
+
+
 def can_edit(user, sub) -> bool:
     """Change what a subscription is (url, types, secret, limits), delete it, send it a test event:
     owners of its team and admins. Operators repair; they do not redefine."""

@@ -749,7 +749,10 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                    f"{dashboard_result['roll_up_week_seconds']} s; seeded in "
                    f"{dashboard_result['seed_seconds']} s), {dashboard_result['samples']} requests per page:")
         for name, t in dashboard_result["pages"].items():
-            click.echo(f"  {name:24s} p50 {t['p50_ms']} ms  p95 {t['p95_ms']} ms")
+            click.echo(f"  {name:26s} p50 {t['p50_ms']} ms  p95 {t['p95_ms']} ms")
+        click.echo("dead-letter count for a filter:")
+        for name, t in dashboard_result["dead_letter_counts"].items():
+            click.echo(f"  {name:26s} p50 {t['p50_ms']} ms  p95 {t['p95_ms']} ms  ({t['matching']} matching)")
     if not out["complete"]:
         click.echo("INCOMPLETE: not every delivery was recorded within the timeout", err=True)
     if as_json:

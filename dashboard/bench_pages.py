@@ -152,7 +152,7 @@ def run_dashboard(run, attempts: int, samples: int) -> dict:
     outcome counts and audit entries; then time every page `samples` times as an admin."""
     import time
 
-    from . import rollup
+    from . import bench_dead_letters, rollup
     from .bench import _round, percentile
     from .extensions import db
     from .models import User
@@ -183,7 +183,7 @@ def run_dashboard(run, attempts: int, samples: int) -> dict:
     out = {}
     with run.app.app_context():
         client.post("/login", data={"email": email, "password": "bench-password"})
-        for name, path in pages_to_time(run, subs, deliveries).items():
+        for name, path in (pages_to_time(run, subs, deliveries) | bench_dead_letters.pages(run, client)).items():
             times = []
             for _ in range(samples):
                 began = time.perf_counter()
@@ -196,17 +196,18 @@ def run_dashboard(run, attempts: int, samples: int) -> dict:
     dead = sum(1 for i in range(deliveries) if _state_of(i, SUBSCRIPTIONS) == "dead")
     return {"attempts": deliveries * 2, "deliveries": deliveries, "dead_letters": dead, "subscriptions": SUBSCRIPTIONS,
             "seed_seconds": round(seed_seconds, 1), "roll_up_week_seconds": round(roll_up_seconds, 2),
-            "samples": samples, "pages": out}
+            "samples": samples, "pages": out, "dead_letter_counts": bench_dead_letters.counts(run, samples)}
 
 
 def delete_rows(run, db, team_id: int) -> None:
     """What the dashboard bench adds beyond the team's events, deliveries and attempts."""
     from sqlalchemy import delete, select
 
-    from .models import AuditEntry, OutcomeCount, OutcomeHour, Subscription, User
+    from .models import AuditEntry, OutcomeCount, OutcomeHour, Replay, Subscription, User
 
     subs = select(Subscription.id).where(Subscription.team_id == team_id)
     db.session.execute(delete(OutcomeCount).where(OutcomeCount.subscription_id.in_(subs)))
     db.session.execute(delete(OutcomeHour).where(OutcomeHour.subscription_id.in_(subs)))
     db.session.execute(delete(AuditEntry).where(AuditEntry.team_id == team_id))
+    db.session.execute(delete(Replay).where(Replay.team_id == team_id))
     db.session.execute(delete(User).where(User.email == f"bench-{run.run_id}@promesa.local"))

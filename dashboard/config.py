@@ -109,6 +109,8 @@ DEFAULTS = {
     # renews the leases of what it holds every third of this, so it bounds how long the work of a
     # worker killed outright (SIGKILL, a lost machine) waits, not how long a delivery may wait here.
     "PROMESA_LEASE_SECONDS": 30,
+    # Dead letters a bulk replay re-queues per transaction (its progress moves chunk by chunk).
+    "PROMESA_REPLAY_CHUNK": 500,
     # Links in notifications (Slack messages, JSON events) point here: the dashboard's public address.
     "PROMESA_BASE_URL": "http://localhost:5000",
     # A subscription whose every attempt has failed this long is disabled by the system (Svix: 5 days);

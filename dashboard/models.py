@@ -201,6 +201,9 @@ class Event(db.Model):
 
 
 _HAS_NEXT_ATTEMPT = text("next_attempt_at IS NOT NULL")
+_IS_DEAD = text("state = 'dead'")
+_DEAD_LETTER_FILTERED = ["subscription_id", "event_key", "last_status_code", "last_error"]
+_REPLAYED = text("replay_id IS NOT NULL")
 
 
 class Delivery(db.Model):
@@ -212,6 +215,14 @@ class Delivery(db.Model):
         Index("ix_deliveries_due", "state", "next_attempt_at", postgresql_where=_HAS_NEXT_ATTEMPT,
               sqlite_where=_HAS_NEXT_ATTEMPT),
         Index("ix_deliveries_subscription_state", "subscription_id", "state", "created_at"),
+        # The dead-letter desk: only dead rows, newest first, across subscriptions or within one. On
+        # PostgreSQL they carry what the filters read, so a count is an index-only scan.
+        Index("ix_deliveries_dead", "dead_lettered_at", "id", postgresql_where=_IS_DEAD, sqlite_where=_IS_DEAD,
+              postgresql_include=_DEAD_LETTER_FILTERED),
+        Index("ix_deliveries_dead_subscription", "subscription_id", "dead_lettered_at", "id",
+              postgresql_where=_IS_DEAD, sqlite_where=_IS_DEAD, postgresql_include=_DEAD_LETTER_FILTERED[1:]),
+        # A replay's outcomes so far: its deliveries by state.
+        Index("ix_deliveries_replay", "replay_id", "state", postgresql_where=_REPLAYED, sqlite_where=_REPLAYED),
         # Free room on each page, so a claim (lease columns only) is a heap-only update: no index entries.
         {"postgresql_with": {"fillfactor": 70}},
     )
@@ -235,6 +246,8 @@ class Delivery(db.Model):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     succeeded_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     dead_lettered_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    # The bulk replay that last re-sent this delivery (dashboard.replays), if any.
+    replay_id: Mapped[str | None] = mapped_column(String(40))
 
     event: Mapped[Event] = relationship(back_populates="deliveries")
     subscription: Mapped[Subscription] = relationship()
@@ -426,3 +439,50 @@ class OutcomeHour(db.Model):
     failed: Mapped[int] = mapped_column(Integer, default=0)
     dead: Mapped[int] = mapped_column(Integer, default=0)
     duration_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class ReplayState:
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    ACTIVE = (QUEUED, RUNNING)
+    ENDED = (FINISHED, CANCELLED, FAILED)
+
+
+_ACTIVE_REPLAY = text("state IN ('queued', 'running')")
+
+
+class Replay(db.Model):
+    """A bulk replay of dead letters: the filter it was asked for, carried out by an RQ job in chunks
+    (dashboard.replays). `done` counts deliveries re-queued so far; `succeeded` and `failed` are the
+    outcomes the job last saw (the pages count them live from deliveries.replay_id)."""
+
+    __tablename__ = "replays"
+    __table_args__ = (
+        # One queued or running replay per filter: a second click finds the first instead of a duplicate.
+        Index("uq_replays_active_filter", "filter_key", unique=True, postgresql_where=_ACTIVE_REPLAY,
+              sqlite_where=_ACTIVE_REPLAY),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("rpl"))
+    # Who asked, as in the audit log: ("user", email), ("token", prefix) or ("system", "system").
+    actor_kind: Mapped[str] = mapped_column(String(10))
+    actor: Mapped[str] = mapped_column(String(254))
+    # The one team (or subscription) every matching delivery belongs to; None when it spans several.
+    team_id: Mapped[int | None] = mapped_column(Integer)
+    subscription_id: Mapped[str | None] = mapped_column(String(40))
+    filter: Mapped[dict] = mapped_column(JSON)
+    # SHA-256 of the filter's canonical JSON.
+    filter_key: Mapped[str] = mapped_column(String(64))
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    done: Mapped[int] = mapped_column(Integer, default=0)
+    succeeded: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16), default=ReplayState.QUEUED)
+    error: Mapped[str | None] = mapped_column(String(500))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, index=True)
+    started_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime)

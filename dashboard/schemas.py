@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from .delivery.policies import POLICY_NAMES
-from .models import DeliveryState, SubscriptionState
+from .models import DeliveryState, ReplayState, SubscriptionState
 from .validation import (ID_PATTERN, MAX_VERSION, TYPE_PATTERN, Body, Must, TypeName, TypePattern, Version,
                          WholeNumber, keys_matching, text)
 
@@ -228,3 +228,38 @@ class Team(BaseModel):
 class OpenApiDocument(BaseModel):
     model_config = ConfigDict(extra="allow")
 
+
+
+# -- bulk replays (dashboard.replays) ------------------------------------------------------------------
+
+class BulkReplayInput(Body):
+    since: Annotated[AwareDatetime | None, Field(description="only dead letters dead-lettered at or after this time"),
+                     Must("an RFC 3339 time with a zone, like 2026-11-30T09:00:00Z")] = None
+    until: Annotated[AwareDatetime | None, Field(description="only dead letters dead-lettered before this time"),
+                     Must("an RFC 3339 time with a zone, like 2026-11-30T10:00:00Z")] = None
+    event_types: Annotated[list[TypeName], Field(max_length=MAX_EVENT_TYPES, description="only these event types"),
+                           Must(f"a list of at most {MAX_EVENT_TYPES} event type names")] = []
+
+
+class ReplayStarted(BaseModel):
+    id: str
+    total: int = Field(description="dead letters matching when it was asked for")
+    state: Literal[ReplayState.ACTIVE + ReplayState.ENDED]
+    duplicate: bool = Field(description="true: the same replay was already queued or running; this is it")
+
+
+class BulkReplay(BaseModel):
+    id: str
+    state: Literal[ReplayState.ACTIVE + ReplayState.ENDED]
+    filter: dict[str, Any]
+    subscription_id: str | None
+    total: int = Field(description="dead letters matching when it was asked for")
+    done: int = Field(description="re-queued so far")
+    succeeded: int = Field(description="replayed deliveries delivered so far")
+    failed: int = Field(description="replayed deliveries dead again")
+    waiting: int = Field(description="replayed deliveries still on their way")
+    error: str | None
+    created_by: str
+    created_at: str
+    started_at: str | None
+    finished_at: str | None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import current_app
 from promesa_receiver import signing
-from sqlalchemy import or_, select, update
+from sqlalchemy import case, or_, select, update
 from sqlalchemy.orm import selectinload
 
 from . import audit, crypto
@@ -102,25 +102,43 @@ def _release(sub: Subscription, action: str, detail: dict | None = None) -> int:
 RESENDABLE = (DeliveryState.DEAD, DeliveryState.SUCCEEDED)
 
 
-def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
-    """Send again, with a fresh retry schedule; the event id and body stay the same."""
-    states = RESENDABLE if delivery_ids is not None else (DeliveryState.DEAD,)
+def restart(*where, replay_id: str | None = None) -> list[tuple[str, str, str]]:
+    """The mechanics of every replay: send the deliveries matching `where` again with a fresh retry
+    schedule (the event id and body stay the same). Each becomes pending, or held while its
+    subscription is paused or disabled. `replay_id` names the bulk replay doing it (None: a direct one).
+    Returns (subscription id, delivery id, new state) of each; the caller commits, then `enqueue_restarted`."""
     now = current_app.config["CLOCK"].now()
-    target = DeliveryState.PENDING if sub.state == SubscriptionState.ACTIVE else DeliveryState.HELD
-    query = update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(states))
+    subscription_state = select(Subscription.state).where(Subscription.id == Delivery.subscription_id) \
+        .scalar_subquery()
+    target = case((subscription_state == SubscriptionState.ACTIVE, DeliveryState.PENDING), else_=DeliveryState.HELD)
+    rows = db.session.execute(
+        update(Delivery).where(*where)
+        .values(state=target, next_attempt_at=now, updated_at=now, retry_base=Delivery.attempt_count,
+                schedule_started_at=now, replay_id=replay_id,
+                dead_lettered_at=None, succeeded_at=None, lease_token=None, lease_expires_at=None)
+        .returning(Delivery.subscription_id, Delivery.id, Delivery.state)
+        .execution_options(synchronize_session=False)).all()
+    return [tuple(r) for r in rows]
+
+
+def enqueue_restarted(restarted: list[tuple[str, str, str]]) -> None:
+    """After the commit: hand the restarted deliveries that are due now to the workers."""
+    enqueue([work_item(sub_id, delivery_id) for sub_id, delivery_id, state in restarted
+             if state == DeliveryState.PENDING])
+
+
+def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
+    """Send again, with a fresh retry schedule: named deliveries (dead or succeeded), or every dead letter."""
+    states = RESENDABLE if delivery_ids is not None else (DeliveryState.DEAD,)
+    where = [Delivery.subscription_id == sub.id, Delivery.state.in_(states)]
     if delivery_ids is not None:
-        query = query.where(Delivery.id.in_(delivery_ids))
-    ids = db.session.scalars(
-        query.values(state=target, next_attempt_at=now, updated_at=now, retry_base=Delivery.attempt_count,
-                     schedule_started_at=now,
-                     dead_lettered_at=None, succeeded_at=None, lease_token=None, lease_expires_at=None)
-        .returning(Delivery.id)).all()
-    audit.record("deliveries.replayed", subscription=sub, deliveries=len(ids),
+        where.append(Delivery.id.in_(delivery_ids))
+    restarted = restart(*where)
+    audit.record("deliveries.replayed", subscription=sub, deliveries=len(restarted),
                  detail={"delivery_ids": delivery_ids[:20]} if delivery_ids else {"which": "all dead letters"})
     db.session.commit()
-    if target == DeliveryState.PENDING:
-        enqueue([work_item(sub.id, i) for i in ids])
-    return len(ids)
+    enqueue_restarted(restarted)
+    return len(restarted)
 
 
 def deliveries_page(sub: Subscription, state: str | None, before: str | None, limit: int, *,

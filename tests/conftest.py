@@ -115,7 +115,7 @@ def _empty_tables(url: str) -> None:
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams, audit_entries, "
                              "outcome_counts, incidents, incident_rules, subscription_health, sweep_marks, metric_counters, "
-                             "notification_sinks, outcome_hours "
+                             "notification_sinks, outcome_hours, replays "
                              "RESTART IDENTITY CASCADE"))
     engine.dispose()
 

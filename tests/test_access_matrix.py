@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from dashboard import notifications
 from dashboard.extensions import db
-from dashboard.models import ApiToken, Delivery, Event, Incident
+from dashboard.models import ApiToken, Delivery, Event, Incident, Replay
 
 from .conftest import Auth, _csrf_from
 
@@ -52,6 +52,13 @@ MATRIX = {
     ("pages.pause", "POST"): OPERATE,
     ("pages.resume", "POST"): OPERATE,
     ("pages.replay", "POST"): OPERATE,
+    ("pages.dead_letters", "GET"): ALL_IN,
+    # Replays what the filter matches among the teams one may operate: an outsider replays only its own team's.
+    ("pages.replay_dead_letters", "POST"): {**OPERATE, "outsider": "ok"},
+    ("pages.replays", "GET"): ALL_IN,
+    ("pages.replay_progress", "GET"): TEAM_PAGE,
+    ("pages.cancel_replay", "POST"): OPERATE,
+    ("pages.replay_since", "POST"): OPERATE,
     ("pages.disable", "POST"): OPERATE,
     ("pages.enable", "POST"): OPERATE,
     ("pages.audit", "GET"): ALL_IN,  # each sees the entries of the teams they may see
@@ -104,11 +111,14 @@ def samples(producer, receiver, users, clock):
     now = clock.now()
     incident = Incident(subscription_id=sub["id"], team_id=producer.team.id, rule="dead_letters", state="open",
                         opened_at=now, first_seen_at=now, last_seen_at=now, figures={"dead": 5})
-    db.session.add(incident)
+    replay = Replay(actor_kind="user", actor="owner@example.com", team_id=producer.team.id, subscription_id=sub["id"],
+                    filter={"subscription_id": sub["id"]}, filter_key="sample", total=0, done=0, succeeded=0,
+                    failed=0, state="finished", created_at=now, finished_at=now)
+    db.session.add_all([incident, replay])
     db.session.commit()
     sink, _ = notifications.add_sink("json", receiver.url + "/ok")
     return {"subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"],
-            "incident_id": incident.id, "rule": "dead_letters", "sink_id": sink.id,
+            "incident_id": incident.id, "rule": "dead_letters", "sink_id": sink.id, "replay_id": replay.id,
             "user_id": users["member"].id, "token_id": token.id}
 
 

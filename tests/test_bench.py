@@ -35,8 +35,10 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     assert result["ratio"] > 0
     assert result["replay"]["replayed"] == 20 and result["replay"]["delivered"] == 20
     assert set(result["dashboard"]["pages"]) >= {"overview", "subscription", "delivery", "event", "event_search_type",
-                                                  "audit", "users", "tokens"}
+                                                  "audit", "users", "tokens",
+                                                  "dead_letters", "replay_progress"}
     assert result["dashboard"]["subscriptions"] == 100 and result["dashboard"]["dead_letters"] == 100  # the one event round: dead
+    assert result["dashboard"]["dead_letter_counts"]["all"]["matching"] > 0
     assert "deliveries/s" in done.stdout and "ratio pipeline/raw" in done.stdout
 
 

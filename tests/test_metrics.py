@@ -104,13 +104,14 @@ def test_only_loopback_without_a_token_and_only_the_token_with_one(app, client):
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_replays_running_once_the_replays_table_exists(app, client):
-    from sqlalchemy import text
-
+def test_replays_running_counts_the_replays_not_finished(app, client, clock):
     from dashboard.extensions import db
+    from dashboard.models import Replay
 
-    assert not [k for k in scrape(client) if k[0] == "promesa_replays_running"]  # no table, no series
-    db.session.execute(text("CREATE TABLE replays (id VARCHAR(40) PRIMARY KEY, finished_at TIMESTAMP)"))
-    db.session.execute(text("INSERT INTO replays VALUES ('rpl_1', NULL), ('rpl_2', '2026-11-30 12:00:00')"))
+    assert value(scrape(client), "promesa_replays_running") == 0
+    for state in ("running", "queued", "finished"):
+        db.session.add(Replay(actor_kind="system", actor="system", filter={}, filter_key=state, total=1, done=0,
+                              succeeded=0, failed=0, state=state, created_at=clock.now(),
+                              finished_at=clock.now() if state == "finished" else None))
     db.session.commit()
-    assert value(scrape(client), "promesa_replays_running") == 1
+    assert value(scrape(client), "promesa_replays_running") == 2

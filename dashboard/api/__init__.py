@@ -4,4 +4,4 @@ from flask import Blueprint
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
-from . import errors, routes  # noqa: E402,F401  (routes register on bp)
+from . import errors, replays, routes  # noqa: E402,F401  (routes register on bp)

@@ -20,7 +20,8 @@ def refuse_nul():
 
 # Each module registers its routes on `bp` when imported.
 from . import (  # noqa: E402,F401
-    audit, deliveries, events, formatting, incidents, overview, sinks, subscriptions, tokens, users,
+    audit, dead_letters, deliveries, events, formatting, incidents, overview, replays, sinks, subscriptions,
+    tokens, users,
 )
 from ..charts import bar_paths  # noqa: E402
 from .nav import nav_items  # noqa: E402
