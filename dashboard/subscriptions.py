@@ -7,19 +7,24 @@ import math
 from flask import current_app
 from sqlalchemy import or_, select, update
 
-from . import audit, crypto, signing
+from . import audit, crypto, rotation, signing
 from .clock import iso
 from .delivery.policies import POLICY_NAMES
 from .delivery.targets import url_problem
 from .extensions import db
-from .ingest import enqueue
+from .ids import new_ids
+from .ingest import enqueue, ingest_many
 from .queue import work_item
 from .validation import ApiError, check_fields
 from .models import Delivery, DeliveryState, Subscription, SubscriptionState, Team
 
 SCHEMES = ("promesa", "standard-webhooks")
-FIELDS = {"url", "event_types", "event_versions", "retry_policy", "description", "signature_scheme",
-          "connect_timeout", "attempt_timeout", "max_age_seconds"}
+# What an owner may change after creation (the signature scheme is fixed: receivers verify by it).
+EDITABLE = {"url", "event_types", "event_versions", "retry_policy", "description", "connect_timeout",
+            "attempt_timeout", "max_age_seconds", "rate_limit_per_s", "max_in_flight"}
+FIELDS = EDITABLE | {"signature_scheme"}
+MAX_RATE_LIMIT_PER_S = 10_000
+MAX_IN_FLIGHT = 64
 
 
 def _number(payload, name, low, high, default):
@@ -30,39 +35,94 @@ def _number(payload, name, low, high, default):
     return value
 
 
-def create(team: Team, payload) -> tuple[Subscription, str]:
-    """Validate everything first, store once: nothing half-way. Returns the subscription and its secret."""
-    check_fields(payload, FIELDS, {"url"})
-    problem = url_problem(payload["url"], current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
+# Each field: its default at creation, and how it is checked (payload -> stored value).
+def _url(payload):
+    url = payload["url"]
+    problem = url_problem(url, current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
     if problem:
         raise ApiError(422, problem)
-    event_types = payload.get("event_types", ["*"])
+    return url
+
+
+def _event_types(payload):
+    event_types = payload["event_types"]
     if not isinstance(event_types, list) or not event_types or not all(
             isinstance(p, str) and 0 < len(p) <= 200 for p in event_types):
         raise ApiError(400, "event_types must be a non-empty list of type names or patterns like 'file.*'")
-    event_versions = payload.get("event_versions", {})
+    return event_types
+
+
+def _event_versions(payload):
+    event_versions = payload["event_versions"]
     if not isinstance(event_versions, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
             for k, v in event_versions.items()):
         raise ApiError(400, 'event_versions must map event types to whole versions, like {"file.updated": 2}')
-    retry_policy = payload.get("retry_policy", "exponential")
-    if retry_policy not in POLICY_NAMES:
-        raise ApiError(400, f"retry_policy must be one of: {', '.join(POLICY_NAMES)}")
-    scheme = payload.get("signature_scheme", "promesa")
-    if scheme not in SCHEMES:
-        raise ApiError(400, f"signature_scheme must be one of: {', '.join(SCHEMES)}")
-    description = payload.get("description", "")
+    return event_versions
+
+
+def _one_of(name, allowed):
+    def check(payload):
+        if payload[name] not in allowed:
+            raise ApiError(400, f"{name} must be one of: {', '.join(allowed)}")
+        return payload[name]
+    return check
+
+
+def _description(payload):
+    description = payload["description"]
     if not isinstance(description, str) or len(description) > 500:
         raise ApiError(400, "description must be a string of at most 500 characters")
-    connect_timeout = _number(payload, "connect_timeout", 0.1, 5, 5)
-    attempt_timeout = _number(payload, "attempt_timeout", 0.1, 10, 10)
-    max_age = _number(payload, "max_age_seconds", 60, 7 * 86400, 86400)
+    return description
+
+
+def _rate_limit(payload):
+    value = payload["rate_limit_per_s"]
+    return None if value is None else float(_number(payload, "rate_limit_per_s", 0.01, MAX_RATE_LIMIT_PER_S, None))
+
+
+def _max_in_flight(payload):
+    value = payload["max_in_flight"]
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or not 1 <= value <= MAX_IN_FLIGHT):
+        raise ApiError(400, f"max_in_flight must be a whole number from 1 to {MAX_IN_FLIGHT}, or null")
+    return value
+
+
+_CHECKS = {
+    "url": (None, _url),
+    "event_types": (["*"], _event_types),
+    "event_versions": ({}, _event_versions),
+    "retry_policy": ("exponential", _one_of("retry_policy", POLICY_NAMES)),
+    "signature_scheme": ("promesa", _one_of("signature_scheme", SCHEMES)),
+    "description": ("", _description),
+    "connect_timeout": (5, lambda p: _number(p, "connect_timeout", 0.1, 5, None)),
+    "attempt_timeout": (10, lambda p: _number(p, "attempt_timeout", 0.1, 10, None)),
+    "max_age_seconds": (86400, lambda p: int(_number(p, "max_age_seconds", 60, 7 * 86400, None))),
+    "rate_limit_per_s": (None, _rate_limit),
+    "max_in_flight": (None, _max_in_flight),
+}
+
+
+def validated(payload, allowed: set[str], required: set[str] = frozenset(), defaults: bool = True) -> dict:
+    """The checked values of a create (every field, defaults filled in) or an edit (only the fields
+    given): one set of rules for both. Raises ApiError before anything is stored."""
+    check_fields(payload, allowed, required)
+    out = {}
+    for name, (default, check) in _CHECKS.items():
+        if name in payload:
+            out[name] = check(payload)
+        elif defaults:
+            out[name] = default
+    return out
+
+
+def create(team: Team, payload) -> tuple[Subscription, str]:
+    """Validate everything first, store once: nothing half-way. Returns the subscription and its secret."""
+    values = validated(payload, FIELDS, {"url"})
     secret = signing.new_secret()
-    sub = Subscription(team_id=team.id, url=payload["url"], event_types=event_types, event_versions=event_versions,
-                       retry_policy=retry_policy,
-                       signature_scheme=scheme, description=description, connect_timeout=connect_timeout,
-                       attempt_timeout=attempt_timeout, max_age_seconds=int(max_age),
-                       secret_ciphertext=crypto.encrypt(secret), state=SubscriptionState.ACTIVE)
+    sub = Subscription(team_id=team.id, secret_ciphertext=crypto.encrypt(secret), state=SubscriptionState.ACTIVE,
+                       **values)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub, detail={"url": sub.url})
@@ -70,8 +130,60 @@ def create(team: Team, payload) -> tuple[Subscription, str]:
     return sub, secret
 
 
+def not_deleted(sub: Subscription) -> Subscription:
+    if sub.deleted_at is not None:
+        raise ApiError(409, "this subscription is deleted: its history stays readable, nothing else changes")
+    return sub
+
+
+def edit(sub: Subscription, payload) -> dict:
+    """Change what the owner may change; the audit log keeps before and after of each changed field
+    (secrets are not fields here: they change by rotation only). Returns {field: (before, after)}."""
+    not_deleted(sub)
+    if isinstance(payload, dict) and "signature_scheme" in payload:
+        raise ApiError(400, "signature_scheme cannot be changed: receivers verify by it; create a new subscription")
+    values = validated(payload, EDITABLE, defaults=False)
+    changed = {name: (getattr(sub, name), value) for name, value in values.items() if getattr(sub, name) != value}
+    if changed:
+        for name, (_, value) in changed.items():
+            setattr(sub, name, value)
+        sub.updated_at = current_app.config["CLOCK"].now()
+        audit.record("subscription.edited", subscription=sub, detail={
+            "before": {k: before for k, (before, _) in changed.items()},
+            "after": {k: after for k, (_, after) in changed.items()}})
+        db.session.commit()
+    return changed
+
+
+def delete(sub: Subscription) -> int:
+    """Soft delete: out of routing and the API's list, nothing more attempted, history kept.
+    Waiting deliveries (in flight ones too: their lease is taken back) end cancelled. Returns how many."""
+    not_deleted(sub)
+    now = current_app.config["CLOCK"].now()
+    sub.deleted_at = now
+    # Disabled too: anything that still reaches a worker (an ingest racing this) is held, never sent.
+    sub.state = SubscriptionState.DISABLED
+    sub.state_reason = "deleted"
+    sub.previous_secret_ciphertext = sub.previous_secret_expires_at = None
+    cancelled = cancel_waiting([sub.id], now)
+    audit.record("subscription.deleted", subscription=sub, deliveries=cancelled, detail={"url": sub.url})
+    db.session.commit()
+    return cancelled
+
+
+def cancel_waiting(subscription_ids: list[str], now) -> int:
+    """Waiting deliveries of these subscriptions end cancelled. Clearing the lease makes a worker's
+    record of an attempt already in flight leave the state alone (it settles by lease token)."""
+    return db.session.execute(
+        update(Delivery).where(Delivery.subscription_id.in_(subscription_ids),
+                               Delivery.state.in_(DeliveryState.WAITING))
+        .values(state=DeliveryState.CANCELLED, next_attempt_at=None, updated_at=now,
+                lease_token=None, lease_expires_at=None)).rowcount
+
+
 def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
     """Deliveries keep accumulating (held); nothing is dropped. Returns how many waiting ones were held."""
+    not_deleted(sub)
     now = current_app.config["CLOCK"].now()
     sub.state = SubscriptionState.PAUSED
     sub.state_reason = reason
@@ -87,6 +199,7 @@ def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
 
 def resume(sub: Subscription) -> int:
     """Active again: every held delivery becomes due now. Returns how many were released."""
+    not_deleted(sub)
     now = current_app.config["CLOCK"].now()
     sub.state = SubscriptionState.ACTIVE
     sub.state_reason = None
@@ -100,6 +213,24 @@ def resume(sub: Subscription) -> int:
     return len(ids)
 
 
+TEST_EVENT_TYPE = "promesa.test"
+
+
+def send_test_event(sub: Subscription) -> tuple[str, str]:
+    """A `promesa.test` event to this one endpoint through the real pipeline, whatever its type filter
+    and the team's strict catalog say. Returns (event id, delivery id)."""
+    not_deleted(sub)
+    if sub.state != SubscriptionState.ACTIVE:
+        raise ApiError(409, f"this subscription is {sub.state}: a test event would be held; resume it first")
+    event_id = new_ids("evt", 1)[0]
+    # Recorded first: ingest's commit writes it with the event, and a refused event leaves no entry.
+    audit.record("subscription.test_sent", subscription=sub, detail={"event_id": event_id})
+    ingest_many(sub.team, [{"id": event_id, "type": TEST_EVENT_TYPE,
+                            "data": {"subscription_id": sub.id, "test": True}}],
+                numbered=False, only=(sub.id, True))
+    return event_id, db.session.scalar(select(Delivery.id).where(Delivery.event_id == event_id))
+
+
 # Named deliveries may be re-sent whether they died or succeeded (a receiver that lost its data);
 # "replay all" means the dead letters.
 RESENDABLE = (DeliveryState.DEAD, DeliveryState.SUCCEEDED)
@@ -107,6 +238,7 @@ RESENDABLE = (DeliveryState.DEAD, DeliveryState.SUCCEEDED)
 
 def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
     """Send again, with a fresh retry schedule; the event id and body stay the same."""
+    not_deleted(sub)
     states = RESENDABLE if delivery_ids is not None else (DeliveryState.DEAD,)
     now = current_app.config["CLOCK"].now()
     target = DeliveryState.PENDING if sub.state == SubscriptionState.ACTIVE else DeliveryState.HELD
@@ -140,6 +272,7 @@ def deliveries_page(sub: Subscription, state: str | None, before: str | None,
 
 
 def for_team(team: Team, subscription_id: str) -> Subscription | None:
+    """The team's subscription, deleted or not (a deleted one's history stays readable)."""
     return db.session.scalar(select(Subscription).where(Subscription.id == subscription_id,
                                                         Subscription.team_id == team.id))
 
@@ -150,4 +283,6 @@ def describe(sub: Subscription) -> dict:
             "retry_policy": sub.retry_policy, "signature_scheme": sub.signature_scheme, "state": sub.state,
             "state_reason": sub.state_reason, "connect_timeout": sub.connect_timeout,
             "attempt_timeout": sub.attempt_timeout, "max_age_seconds": sub.max_age_seconds,
-            "created_at": iso(sub.created_at)}
+            "rate_limit_per_s": sub.rate_limit_per_s, "max_in_flight": sub.max_in_flight,
+            "signing_secrets": rotation.signing_json(sub, current_app.config["CLOCK"].now()),
+            "created_at": iso(sub.created_at), "deleted_at": iso(sub.deleted_at)}

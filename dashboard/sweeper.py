@@ -14,6 +14,7 @@ import time
 
 from sqlalchemy import or_, select
 
+from . import rotation
 from .clock import unix
 from .extensions import db
 from .models import Delivery, DeliveryState
@@ -46,6 +47,8 @@ def sweep_once(app, clock=None) -> int:
             if lost:
                 work.push(lost)
                 found += len(lost)
+        # Previous secrets whose grace has ended are deleted (they already sign nothing).
+        rotation.delete_expired(now)
         db.session.remove()
     if found:
         log.warning("sweeper re-enqueued %d due deliveries that had no live job", found)

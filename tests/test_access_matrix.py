@@ -48,6 +48,14 @@ MATRIX = {
     ("pages.pause", "POST"): OPERATE,
     ("pages.resume", "POST"): OPERATE,
     ("pages.replay", "POST"): OPERATE,
+    # Owner tools (dashboard/pages/owner_tools.py).
+    ("pages.edit_subscription", "GET"): EDIT,
+    ("pages.edit_subscription", "POST"): EDIT,
+    ("pages.rotate_secret", "POST"): EDIT,
+    ("pages.end_grace", "POST"): EDIT,
+    ("pages.delete_subscription", "POST"): EDIT,
+    ("pages.send_test_event", "POST"): EDIT,
+    ("pages.test_event_result", "GET"): TEAM_PAGE,
 }
 
 

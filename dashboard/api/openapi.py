@@ -36,13 +36,33 @@ def document() -> dict:
             "connect_timeout": {"type": "number", "minimum": 0.1, "maximum": 5, "default": 5},
             "attempt_timeout": {"type": "number", "minimum": 0.1, "maximum": 10, "default": 10},
             "max_age_seconds": {"type": "integer", "minimum": 60, "maximum": 604800, "default": 86400},
+            "rate_limit_per_s": {"type": ["number", "null"], "minimum": 0.01, "maximum": 10000, "default": None,
+                                 "description": "deliveries per second to this endpoint across all workers; "
+                                                "null: no limit. A throttled delivery waits its turn: it is not "
+                                                "an attempt and does not count in the retry schedule"},
+            "max_in_flight": {"type": ["integer", "null"], "minimum": 1, "maximum": 64, "default": None,
+                              "description": "requests in flight to this endpoint per worker; "
+                                             "null: the installation's default (8)"},
         },
     }
+    # An edit: any of the fields above but the signature scheme, none required.
+    subscription_edit = {"type": "object", "additionalProperties": False, "minProperties": 1,
+                         "properties": {k: v for k, v in subscription_input["properties"].items()
+                                        if k != "signature_scheme"}}
     subscription = {
         "type": "object",
         "properties": {**subscription_input["properties"], "id": {"type": "string"},
                        "state": {"type": "string", "enum": ["active", "paused", "disabled"]},
-                       "state_reason": {"type": ["string", "null"]}, "created_at": {"type": "string"}},
+                       "state_reason": {"type": ["string", "null"]}, "created_at": {"type": "string"},
+                       "deleted_at": {"type": ["string", "null"],
+                                      "description": "set when deleted: nothing more is attempted"},
+                       "signing_secrets": {
+                           "type": "array", "description": "which secrets sign deliveries, and until when "
+                                                           "(never their values): the current one, and the "
+                                                           "previous one during a rotation's grace",
+                           "items": {"type": "object", "properties": {
+                               "which": {"type": "string", "enum": ["current", "previous"]},
+                               "until": {"type": ["string", "null"]}}}}},
     }
     attempt = {"type": "object", "properties": {
         "number": {"type": "integer"}, "attempted_at": {"type": "string"}, "duration_ms": {"type": "integer"},
@@ -96,10 +116,48 @@ def document() -> dict:
                         "responses": {"200": {"description": "list", "content": {"application/json": {"schema": {
                             "type": "object", "properties": {"data": {"type": "array", "items": {
                                 "$ref": "#/components/schemas/Subscription"}}}}}}}, **_errors(401)}}},
-            "/subscriptions/{subscription_id}": {"get": {
-                "summary": "One subscription", "parameters": [sub_id],
-                "responses": {"200": {"description": "the subscription", **_json("Subscription")},
-                              **_errors(401, 404)}}},
+            "/subscriptions/{subscription_id}": {
+                "get": {"summary": "One subscription (a deleted one too: its history stays readable)",
+                        "parameters": [sub_id],
+                        "responses": {"200": {"description": "the subscription", **_json("Subscription")},
+                                      **_errors(401, 404)}},
+                "patch": {"summary": "Edit: url (checked as at creation), event types and versions, retry policy, "
+                                     "timeouts, description, rate limit, in-flight cap. The audit log keeps "
+                                     "before and after",
+                          "parameters": [sub_id], "requestBody": {"required": True, **_json("SubscriptionEdit")},
+                          "responses": {"200": {"description": "edited", **_json("Subscription")},
+                                        **_errors(400, 401, 404, 409, 415, 422)}},
+                "delete": {"summary": "Delete: nothing more is attempted, waiting deliveries end cancelled, "
+                                      "the history stays readable",
+                           "parameters": [sub_id],
+                           "responses": {"200": {"description": "deleted", "content": {"application/json": {
+                               "schema": {"allOf": [{"$ref": "#/components/schemas/Subscription"}, {
+                                   "type": "object", "properties": {"cancelled": {"type": "integer"}}}]}}}},
+                               **_errors(401, 404, 409)}}},
+            "/subscriptions/{subscription_id}/rotate-secret": {"post": {
+                "summary": "Rotate the signing secret; the new one is shown in this answer only. During the "
+                           "grace both sign every delivery (X-Signature: t=…,v1=<new>,v1=<old>; Standard "
+                           "Webhooks: v1,<new> v1,<old>); at most two secrets sign",
+                "parameters": [sub_id],
+                "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                    "type": "object", "additionalProperties": False, "properties": {"grace_seconds": {
+                        "type": "integer", "minimum": 0, "maximum": 604800, "default": 86400,
+                        "description": "how long the previous secret keeps signing; 0: not at all"}}}}}},
+                "responses": {"200": {"description": "rotated", **_json("SubscriptionWithSecret")},
+                              **_errors(400, 401, 404, 409, 415)}}},
+            "/subscriptions/{subscription_id}/end-grace": {"post": {
+                "summary": "End a rotation's grace now: only the newest secret signs; the previous one is deleted",
+                "parameters": [sub_id],
+                "responses": {"200": {"description": "only the newest secret signs", **_json("Subscription")},
+                              **_errors(401, 404, 409)}}},
+            "/subscriptions/{subscription_id}/test": {"post": {
+                "summary": "Send a promesa.test event to this endpoint alone, through the real pipeline "
+                           "(whatever its type filter and the catalog's strict mode say)",
+                "parameters": [sub_id],
+                "responses": {"202": {"description": "accepted; follow the delivery", "content": {
+                    "application/json": {"schema": {"type": "object", "properties": {
+                        "event_id": {"type": "string"}, "delivery_id": {"type": "string"}}}}}},
+                    **_errors(401, 404, 409)}}},
             "/subscriptions/{subscription_id}/contract": {"get": {
                 "summary": "The subscription's published contract, generated from its live configuration",
                 "parameters": [sub_id],
@@ -189,6 +247,7 @@ def document() -> dict:
                     "timestamp": {"type": "string"}, "data": {"type": "object"},
                     "deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}}}},
                 "SubscriptionInput": subscription_input,
+                "SubscriptionEdit": subscription_edit,
                 "Subscription": subscription,
                 "SubscriptionWithSecret": {"allOf": [{"$ref": "#/components/schemas/Subscription"}, {
                     "type": "object", "properties": {"secret": {"type": "string",

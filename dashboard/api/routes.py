@@ -8,6 +8,7 @@ from sqlalchemy import bindparam, select
 from .. import catalog
 from .. import contract as contract_service
 from .. import ingest as ingest_service
+from .. import rotation
 from .. import subscriptions as subscription_service
 from ..clock import iso
 from ..extensions import db
@@ -119,7 +120,7 @@ def create_subscription():
 @bp.get("/subscriptions")
 @token_required
 def list_subscriptions():
-    subs = g.team.subscriptions
+    subs = [s for s in g.team.subscriptions if s.deleted_at is None]  # deleted ones open by id only
     return jsonify(data=[subscription_service.describe(s) for s in subs])
 
 
@@ -127,6 +128,49 @@ def list_subscriptions():
 @token_required
 def get_subscription(subscription_id):
     return jsonify(subscription_service.describe(subscription_or_404(subscription_id)))
+
+
+@bp.patch("/subscriptions/<subscription_id>")
+@token_required
+def edit_subscription(subscription_id):
+    """Change url, event types and versions, retry policy, timeouts, description, rate limit, in-flight cap."""
+    sub = subscription_or_404(subscription_id)
+    subscription_service.edit(sub, json_body())
+    return jsonify(subscription_service.describe(sub))
+
+
+@bp.delete("/subscriptions/<subscription_id>")
+@token_required
+def delete_subscription(subscription_id):
+    """Soft delete: nothing more is attempted; waiting deliveries end cancelled; history stays readable."""
+    sub = subscription_or_404(subscription_id)
+    cancelled = subscription_service.delete(sub)
+    return jsonify(subscription_service.describe(sub) | {"cancelled": cancelled})
+
+
+@bp.post("/subscriptions/<subscription_id>/rotate-secret")
+@token_required
+def rotate_secret(subscription_id):
+    sub = subscription_or_404(subscription_id)
+    grace = rotation.grace_from(json_body() if request.content_length else {})
+    secret = rotation.rotate(sub, grace)
+    return jsonify(subscription_service.describe(sub) | {"secret": secret})
+
+
+@bp.post("/subscriptions/<subscription_id>/end-grace")
+@token_required
+def end_grace(subscription_id):
+    sub = subscription_or_404(subscription_id)
+    subscription_service.not_deleted(sub)
+    rotation.end_grace(sub)
+    return jsonify(subscription_service.describe(sub))
+
+
+@bp.post("/subscriptions/<subscription_id>/test")
+@token_required
+def send_test_event(subscription_id):
+    event_id, delivery_id = subscription_service.send_test_event(subscription_or_404(subscription_id))
+    return jsonify(event_id=event_id, delivery_id=delivery_id), 202
 
 
 @bp.get("/subscriptions/<subscription_id>/contract")

@@ -29,6 +29,7 @@ import aiohttp
 from sqlalchemy import ARRAY, String, and_, any_, bindparam, or_, select, update
 
 from .. import crypto
+from ..rotation import previous_signs
 from ..clock import from_unix, unix
 from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, SubscriptionState
 from . import http
@@ -98,7 +99,8 @@ def _claim(array: bool):
 # The claim unpacks rows by position: these follow Claimed's fields from event_id on.
 _SENDING_COLUMNS = (E.c.id.label("event_id"), E.c.type, E.c.created_at, E.c.body, S.c.id.label("subscription_id"),
                     S.c.state, S.c.url, S.c.secret_ciphertext, S.c.signature_scheme, S.c.retry_policy,
-                    S.c.max_age_seconds, S.c.connect_timeout, S.c.attempt_timeout)
+                    S.c.max_age_seconds, S.c.connect_timeout, S.c.attempt_timeout,
+                    S.c.previous_secret_ciphertext, S.c.previous_secret_expires_at)
 _CLAIM = _claim(array=False).returning(D.c.id)
 _LOAD = (
     select(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at, *_SENDING_COLUMNS)
@@ -157,6 +159,8 @@ class Claimed:
     max_age_seconds: int
     connect_timeout: float
     attempt_timeout: float
+    previous_secret_ciphertext: str | None  # signs too, until previous_secret_expires_at (a rotation's grace)
+    previous_secret_expires_at: dt.datetime | None
 
 
 @dataclass
@@ -282,12 +286,19 @@ class DeliveryEngine:
             return
         conn.execute(A.insert(), [dict(zip(_ATTEMPT_COLUMNS, row)) for row in rows])
 
-    def _secret(self, item: Claimed) -> str:
-        secret = self._secrets.get(item.secret_ciphertext)
+    def _secret(self, ciphertext: str) -> str:
+        secret = self._secrets.get(ciphertext)
         if secret is None:
             with self.app.app_context():
-                secret = self._secrets[item.secret_ciphertext] = crypto.decrypt(item.secret_ciphertext)
+                secret = self._secrets[ciphertext] = crypto.decrypt(ciphertext)
         return secret
+
+    def signing_secrets(self, item: Claimed, attempted_at: dt.datetime) -> list[str]:
+        """The newest secret, then the previous one while its grace lasts (by the injected clock)."""
+        secrets = [self._secret(item.secret_ciphertext)]
+        if item.previous_secret_ciphertext and previous_signs(item.previous_secret_expires_at, attempted_at):
+            secrets.append(self._secret(item.previous_secret_ciphertext))
+        return secrets
 
     # -- the loop -------------------------------------------------------------------
     def drain(self, slot_token: str | None = None, budget_seconds: float = 30.0,
@@ -446,7 +457,7 @@ class DeliveryEngine:
         """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts."""
         headers = http.delivery_headers(
             event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
-            attempt_number=item.attempt_number, scheme=item.scheme, secrets=[self._secret(item)],
+            attempt_number=item.attempt_number, scheme=item.scheme, secrets=self.signing_secrets(item, attempted_at),
             timestamp=timestamp, body=item.body)
         return asyncio.get_running_loop().create_task(http.post(
             session, item.url, item.body, headers, connect_timeout=item.connect_timeout,

@@ -11,7 +11,7 @@ from flask import Blueprint
 bp = Blueprint("pages", __name__)
 
 # Each module registers its routes on `bp` when imported.
-from . import deliveries, overview, subscriptions  # noqa: E402,F401
+from . import deliveries, overview, owner_tools, subscriptions  # noqa: E402,F401
 from .nav import nav_items  # noqa: E402
 
 
