@@ -15,7 +15,8 @@ OPEN_STATES = (DeliveryState.PENDING, DeliveryState.SCHEDULED, DeliveryState.HEL
 
 
 def visible_subscriptions():
-    query = access.restrict(select(Subscription), current_user, Subscription.team_id)
+    query = access.restrict(select(Subscription).where(Subscription.deleted_at.is_(None)),  # deleted: by link only
+                            current_user, Subscription.team_id)
     return db.session.scalars(query.order_by(Subscription.created_at.desc())).all()
 
 
