@@ -34,6 +34,7 @@ from ..clock import from_unix, unix
 from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, SubscriptionState
 from . import http
 from .policies import decide, policy_for
+from .ratelimit import RateLimiter
 from .targets import PublicOnlyResolver
 from ..queue import split_item, work_item
 
@@ -100,7 +101,8 @@ def _claim(array: bool):
 _SENDING_COLUMNS = (E.c.id.label("event_id"), E.c.type, E.c.created_at, E.c.body, S.c.id.label("subscription_id"),
                     S.c.state, S.c.url, S.c.secret_ciphertext, S.c.signature_scheme, S.c.retry_policy,
                     S.c.max_age_seconds, S.c.connect_timeout, S.c.attempt_timeout,
-                    S.c.previous_secret_ciphertext, S.c.previous_secret_expires_at)
+                    S.c.previous_secret_ciphertext, S.c.previous_secret_expires_at, S.c.rate_limit_per_s,
+                    S.c.max_in_flight)
 _CLAIM = _claim(array=False).returning(D.c.id)
 _LOAD = (
     select(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at, *_SENDING_COLUMNS)
@@ -161,6 +163,8 @@ class Claimed:
     attempt_timeout: float
     previous_secret_ciphertext: str | None  # signs too, until previous_secret_expires_at (a rotation's grace)
     previous_secret_expires_at: dt.datetime | None
+    rate_limit_per_s: float | None  # across all workers (delivery.ratelimit); None: no limit
+    max_in_flight: int | None  # per worker; None: PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION
 
 
 @dataclass
@@ -171,6 +175,7 @@ class DrainStats:
     held: int = 0
     deferred: int = 0
     parked: int = 0  # left in Redis, never claimed: their subscription was saturated here
+    throttled: int = 0  # handed back to wait for their endpoint's rate limit: not attempts
     skipped: int = 0
     claims: int = 0  # claim transactions, and record transactions: deliveries per transaction is what the database feels
     records: int = 0
@@ -197,6 +202,11 @@ class DeliveryEngine:
         self._session: aiohttp.ClientSession | None = None
         self._avg_seconds: dict[str, float] = {}  # per subscription, how long a request takes here
         self._booked_until: dict[str, float] = {}  # per subscription, the latest deferred due time handed out
+        # Learned from claims: the rate limit of each subscription that has one, and in-flight caps set per
+        # subscription. Work for a subscription not in rate_limits never costs a limiter call.
+        self.limiter = RateLimiter(work.conn, cfg["PROMESA_REDIS_PREFIX"])
+        self.rate_limits: dict[str, float] = {}
+        self.in_flight_caps: dict[str, int] = {}
 
     # -- database ------------------------------------------------------------------
     def claim(self, ids: list[str]) -> tuple[list[Claimed], str | None]:
@@ -453,6 +463,48 @@ class DeliveryEngine:
                                      updated_at=now, lease_token=None, lease_expires_at=None))
         self.work.schedule(due)
 
+    # -- per-subscription limits (dashboard.delivery.ratelimit) ------------------------------
+    def cap(self, subscription_id: str) -> int:
+        """Requests in flight to this subscription allowed in this worker."""
+        return self.in_flight_caps.get(subscription_id) or self.per_subscription
+
+    def learn_limits(self, items: list[Claimed]) -> None:
+        for item in items:
+            sub = item.subscription_id
+            if item.rate_limit_per_s:
+                self.rate_limits[sub] = item.rate_limit_per_s
+            elif sub in self.rate_limits:
+                del self.rate_limits[sub]
+            if item.max_in_flight:
+                self.in_flight_caps[sub] = item.max_in_flight
+            elif sub in self.in_flight_caps:
+                del self.in_flight_caps[sub]
+
+    def throttle_unclaimed(self, limited: dict[str, list[str]]) -> tuple[list[str], int]:
+        """Delivery ids of rate-limited subscriptions, before any claim: those within the rate, and how
+        many went back to Redis to wait their turn (no database write: their rows stay due)."""
+        now = unix(self.clock.now())
+        go, wait = self.limiter.split({sub: (self.rate_limits[sub], [(sub, i) for i in ids])
+                                       for sub, ids in limited.items()}, now)
+        self.work.schedule([(work_item(sub, delivery_id), when) for (sub, delivery_id), when in wait])
+        return [delivery_id for _, delivery_id in go], len(wait)
+
+    def throttle_claimed(self, limited: dict[str, list[Claimed]], token: str) -> set[str]:
+        """Claimed deliveries of rate-limited subscriptions the limiter had not seen in admit(): those
+        over the rate are handed back (lease released, due when the limiter says). Returns their ids."""
+        now = self.clock.now()
+        _, wait = self.limiter.split({sub: (items[0].rate_limit_per_s, items) for sub, items in limited.items()},
+                                     unix(now))
+        if not wait:
+            return set()
+        ids = [item.delivery_id for item, _ in wait]
+        with self.db_engine.begin() as conn:  # due from the earliest turn; Redis holds each one's own
+            conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token == token)
+                         .values(next_attempt_at=from_unix(min(when for _, when in wait)), updated_at=now,
+                                 lease_token=None, lease_expires_at=None))
+        self.work.schedule([(work_item(item.subscription_id, item.delivery_id), when) for item, when in wait])
+        return set(ids)
+
     def start(self, session, item: Claimed, attempted_at: dt.datetime, timestamp: int) -> asyncio.Task:
         """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts."""
         headers = http.delivery_headers(
@@ -490,6 +542,8 @@ class _Run:
         # left both cores 11 - 16 % idle.
         self.claiming: asyncio.Future | None = None
         self.claiming_ids: list[str] = []
+        # Ids the rate limiter let through before their claim (so take() does not ask again for them).
+        self.rate_admitted: set[str] = set()
 
     @property
     def local(self) -> int:
@@ -509,6 +563,7 @@ class _Run:
         """The delivery ids worth claiming now. Work for a subscription that already has its share
         in flight and waiting here goes straight back to Redis, paced, without touching the database."""
         claim, park, expected = [], [], {}
+        limited: dict[str, list[str]] = {}  # by subscription, ids that must pass its rate limit first
         admitted: Counter = Counter()
         engine = self.engine
         for item in items:
@@ -518,14 +573,22 @@ class _Run:
                     starts = self.started_at.get(sub)
                     expected[sub] = engine.expected_seconds(sub, min(starts) if starts else None)
                 load = self.per_subscription[sub] + len(self.waiting.get(sub, ())) + admitted[sub]
-                if load >= engine.per_subscription + engine.waiting_cap(expected[sub]):
+                if load >= engine.cap(sub) + engine.waiting_cap(expected[sub]):
                     park.append((sub, delivery_id))
                     continue
                 admitted[sub] += 1
+                if sub in engine.rate_limits:
+                    limited.setdefault(sub, []).append(delivery_id)
+                    continue
             claim.append(delivery_id)
         if park:
             self.stats.parked += len(park)
             await asyncio.to_thread(engine.park, park, expected)
+        if limited:  # the limiter hook: over the rate, work waits in Redis, unclaimed
+            go, waiting = await asyncio.to_thread(engine.throttle_unclaimed, limited)
+            self.stats.throttled += waiting
+            self.rate_admitted.update(go)
+            claim.extend(go)
         return claim
 
     async def take(self, ids: list[str], claimed: tuple[list[Claimed], str | None]) -> None:
@@ -534,13 +597,16 @@ class _Run:
         stats.claimed += len(items)
         stats.claims += 1
         stats.skipped += len(ids) - len(items)  # stale or duplicate ids: someone else has them, or they are done
+        engine.learn_limits(items)
+        if engine.rate_limits:
+            items = await self._throttle_claimed(items, token, ids)
         to_hold = []
         lease_deadline = time.monotonic() + engine.lease_seconds * LEASE_SAFETY
         now = engine.now_for_starts()
         for item in items:
             if item.subscription_state != SubscriptionState.ACTIVE:
                 to_hold.append(item)
-            elif self.per_subscription[item.subscription_id] < engine.per_subscription:
+            elif self.per_subscription[item.subscription_id] < engine.cap(item.subscription_id):
                 self._send(item, token, now)
             else:
                 self.waiting.setdefault(item.subscription_id, deque()).append((item, token, lease_deadline))
@@ -548,6 +614,21 @@ class _Run:
         if to_hold:
             await asyncio.to_thread(engine.hold, to_hold, token)
             stats.held += len(to_hold)
+
+    async def _throttle_claimed(self, items: list[Claimed], token: str, ids: list[str]) -> list[Claimed]:
+        """The limiter hook after a claim, for rate-limited work admit() could not yet tell apart (the
+        first claim of a subscription, or a limit just set): over the rate, it is handed back."""
+        admitted, self.rate_admitted = self.rate_admitted, self.rate_admitted.difference(ids)
+        unchecked: dict[str, list[Claimed]] = {}
+        for item in items:
+            if item.rate_limit_per_s and item.delivery_id not in admitted \
+                    and item.subscription_state == SubscriptionState.ACTIVE:
+                unchecked.setdefault(item.subscription_id, []).append(item)
+        if not unchecked:
+            return items
+        handed_back = await asyncio.to_thread(self.engine.throttle_claimed, unchecked, token)
+        self.stats.throttled += len(handed_back)
+        return [item for item in items if item.delivery_id not in handed_back] if handed_back else items
 
     def _send(self, item: Claimed, token: str, now: tuple[dt.datetime, int]) -> None:
         attempted_at, timestamp = now
@@ -590,7 +671,7 @@ class _Run:
         starts_at = None
         for sub in freed:
             queue = self.waiting.get(sub)
-            while queue and self.per_subscription[sub] < self.engine.per_subscription:
+            while queue and self.per_subscription[sub] < self.engine.cap(sub):
                 item, token, lease_deadline = queue.popleft()
                 self.waiting_total -= 1
                 if now < lease_deadline:

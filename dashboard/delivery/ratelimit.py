@@ -1,0 +1,88 @@
+"""Per-endpoint rate limits, enforced across all workers on all machines: GCRA (the generic cell rate
+algorithm, a token bucket kept as one timestamp) in a Lua script on the shared Redis.
+
+A throttled delivery waits its turn. It is not an attempt and not a failure, and does not count in
+the retry schedule: its row stays in the database as it was (due), and its work item goes back to
+Redis's scheduled set at the time the limiter names, so nothing is lost if a worker dies while it
+waits (the sweeper finds a due row that Redis no longer holds). Replays go through the same drain,
+so they obey the limit too.
+
+The engine asks only for subscriptions that have a limit: an endpoint without one costs no Redis call.
+Times are the engine's injected clock (unix seconds); workers' clocks must agree (NTP), as signature
+timestamps already require.
+"""
+
+from __future__ import annotations
+
+# After an idle spell an endpoint may get this much of a burst (seconds of its rate, at least one delivery);
+# while a backlog drains, the rate is exact.
+TOLERANCE_SECONDS = 0.05
+# A throttled delivery is handed back at most this far ahead; one due later comes back then and asks again
+# (so a raised limit takes effect within a minute).
+MAX_WAIT_SECONDS = 60.0
+
+# KEYS[1]: the endpoint's theoretical arrival time (TAT). ARGV: now, interval (1/rate), tolerance, wanted.
+# Admits as many of `wanted` deliveries as the rate allows now, and answers {admitted, when the next may go}.
+_GCRA = """
+local now = tonumber(ARGV[1])
+local interval = tonumber(ARGV[2])
+local tolerance = tonumber(ARGV[3])
+local wanted = tonumber(ARGV[4])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local admitted = 0
+while admitted < wanted and tat - tolerance <= now do
+  tat = tat + interval
+  admitted = admitted + 1
+end
+if admitted > 0 then
+  redis.call('SET', KEYS[1], string.format('%.6f', tat), 'PX', math.ceil((tat - now) * 1000) + 1000)
+end
+local next_at = tat - tolerance
+if next_at < now then next_at = now end
+return {admitted, string.format('%.6f', next_at)}
+"""
+
+
+class RateLimiter:
+    """One per engine: the shared script, and when this worker last booked each endpoint's next turn."""
+
+    def __init__(self, conn, prefix: str):
+        self.conn = conn
+        self.prefix = prefix
+        self._script = conn.register_script(_GCRA)
+        self._booked_until: dict[str, float] = {}
+
+    def key(self, subscription_id: str) -> str:
+        return f"{self.prefix}:rate:{subscription_id}"
+
+    def admit(self, wanted: dict[str, tuple[float, int]], now: float) -> dict[str, tuple[int, float]]:
+        """{subscription: (rate per second, how many want to go)} -> {subscription: (how many may go now,
+        when the next may)}: one round trip for all of them."""
+        pipe = self.conn.pipeline(transaction=False)
+        for subscription_id, (rate, count) in wanted.items():
+            self._script(keys=[self.key(subscription_id)], args=[now, 1.0 / rate, TOLERANCE_SECONDS, count],
+                         client=pipe)
+        answers = pipe.execute()
+        return {sub: (int(admitted), float(next_at)) for sub, (admitted, next_at) in zip(wanted, answers)}
+
+    def turns(self, subscription_id: str, rate: float, count: int, next_at: float, now: float) -> list[float]:
+        """When each of `count` throttled deliveries should come back: one per interval from the limiter's
+        next turn (after those this worker already handed back), at most MAX_WAIT_SECONDS ahead."""
+        interval = 1.0 / rate
+        start = max(next_at, self._booked_until.get(subscription_id, 0.0) + interval)
+        horizon = now + MAX_WAIT_SECONDS
+        out = [min(start + i * interval, horizon) for i in range(count)]
+        if out:
+            self._booked_until[subscription_id] = out[-1]
+        return out
+
+    def split(self, limited: dict[str, tuple[float, list]], now: float) -> tuple[list, list[tuple[object, float]]]:
+        """{subscription: (rate, [things])} -> (things that may go now, [(thing, when it may come back)])."""
+        answers = self.admit({sub: (rate, len(things)) for sub, (rate, things) in limited.items()}, now)
+        go, wait = [], []
+        for sub, (rate, things) in limited.items():
+            admitted, next_at = answers[sub]
+            go.extend(things[:admitted])
+            wait.extend(zip(things[admitted:], self.turns(sub, rate, len(things) - admitted, next_at, now)))
+        return go, wait
