@@ -124,7 +124,8 @@ def rotate_secret(sub):
         flash(exc.message, "error")
         return redirect(url_for(".subscription", subscription_id=sub.id))
     template = "owner_tools/_rotated.html" if request.headers.get("HX-Request") else "owner_tools/rotated.html"
-    response = make_response(render_template(template, sub=sub, secret=secret, tools=panel(sub)))
+    response = make_response(render_template(template, sub=sub, secret=secret, tools=panel(sub),
+                                             oob=template.startswith("owner_tools/_")))
     response.headers["Cache-Control"] = "no-store"  # the secret is in this page: never kept by a cache
     return response
 
