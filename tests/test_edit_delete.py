@@ -164,3 +164,20 @@ def test_the_delete_button_asks_twice(client, auth, producer, receiver, users):
     assert "this subscription is deleted" in client.get(resp.headers["Location"]).get_data(as_text=True)
     overview = client.get("/").get_data(as_text=True)
     assert sub["id"] not in overview  # out of the list; its page opens by link
+
+
+@sqlite_only
+def test_a_delivery_stored_as_its_subscription_was_deleted_is_held_then_cancelled(app, producer, receiver, clock):
+    from dashboard.ingest import ingest_many
+    from dashboard.sweeper import sweep_once
+
+    sub = producer.subscribe(receiver.url + "/ok")
+    producer.client.delete(f"/api/v1/subscriptions/{sub['id']}", headers=producer.headers())
+    # An ingest that read the routing just before the delete commits, and stores its delivery just after:
+    ingest_many(producer.team, [{"type": "file.updated"}], only=(sub["id"], True))
+    deliver_due(app, clock)
+    assert receiver.count() == 0  # never sent: the deleted subscription is disabled too
+    assert db.session.scalar(select(Delivery.state)) == DeliveryState.HELD
+    sweep_once(app)
+    db.session.expire_all()
+    assert db.session.scalar(select(Delivery.state)) == DeliveryState.CANCELLED
