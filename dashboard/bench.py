@@ -648,14 +648,25 @@ def throttled_result(run: Run, rate_limit: float) -> dict:
     from .extensions import db
     from .models import Subscription
 
+    from sqlalchemy import select
+
+    from .clock import unix
+    from .models import Attempt, Delivery
+
     times = _http_json("GET", run.receiver_url + "/_throttled")
     with run.app.app_context():
         for sub_id in run.throttled_ids:
             subscription_service.pause(db.session.get(Subscription, sub_id), "bench: measured")
+        # When the workers sent them (their turns), beside when the receiver got them (after the network,
+        # and after any stall of the receiver's process on a busy machine).
+        sent = [unix(at) for at in db.session.scalars(
+            select(Attempt.attempted_at).join(Delivery, Delivery.id == Attempt.delivery_id)
+            .where(Delivery.subscription_id.in_(run.throttled_ids)))]
         db.session.remove()
     span = (max(times) - min(times)) if len(times) > 1 else 0.0
     busiest = busiest_second(times)
     return {"rate_limit": rate_limit, "received": len(times), "busiest_second": busiest,
+            "busiest_second_sent": busiest_second(sent),
             "mean_per_s": round((len(times) - 1) / span, 1) if span else None,
             "busiest_vs_limit": round(busiest / rate_limit - 1, 3)}
 
@@ -823,7 +834,8 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
     if out["throttled"]:
         t = out["throttled"]
         click.echo(f"rate-limited endpoint ({t['rate_limit']:g}/s): {t['received']} received, busiest second "
-                   f"{t['busiest_second']} ({t['busiest_vs_limit']:+.1%} of the limit), mean {t['mean_per_s']}/s")
+                   f"{t['busiest_second']} ({t['busiest_vs_limit']:+.1%} of the limit; {t['busiest_second_sent']} by the "
+                   f"workers' send times), mean {t['mean_per_s']}/s")
     if raw:
         click.echo(f"raw baseline: {raw['requests']} POSTs in {raw['seconds']} s = {raw['per_s']} requests/s "
                    f"({raw['processes']} x {raw['in_flight_per_process']} in flight)")

@@ -5,6 +5,7 @@ and nothing is lost if its worker dies while it waits. Time is the injected cloc
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -35,12 +36,18 @@ def test_two_workers_sharing_redis_never_pass_more_than_the_rate(app, rate):
     per_second: Counter = Counter()
     for ms in range(3000):
         now = start + ms / 1000
-        admitted, _ = workers[ms % 2].admit({"sub_x": (rate, 5)}, now)["sub_x"]
+        admitted, _, _ = workers[ms % 2].admit({"sub_x": (rate, 5)}, now)["sub_x"]
         per_second[ms // 1000] += admitted
     burst = int(rate * TOLERANCE_SECONDS) + 1
     assert per_second[0] <= rate + burst
     for second in (1, 2):  # steady state: the rate exactly (to one delivery)
         assert rate - 1 <= per_second[second] <= rate + 1, per_second
+
+
+@pytest.fixture
+def stepwise(app):
+    """Turns handed out only for now, none reserved ahead: each drain sends what the clock allows."""
+    app.config["PROMESA_RATE_LIMIT_LOOKAHEAD_SECONDS"] = 0.0
 
 
 def drain_once(app, clock, engine=None) -> None:
@@ -55,7 +62,7 @@ def waiting_rows(sub_id):
 
 
 @pytest.mark.parametrize("same_engine", [False, True], ids=["a-fresh-worker", "a-worker-that-knows-the-limit"])
-def test_a_throttled_delivery_waits_its_turn_and_is_not_an_attempt(app, producer, receiver, clock, same_engine):
+def test_a_throttled_delivery_waits_its_turn_and_is_not_an_attempt(app, producer, receiver, clock, same_engine, stepwise):
     sub = producer.subscribe(receiver.url + "/ok", rate_limit_per_s=2)  # one delivery every 0.5 s
     for _ in range(5):
         producer.publish()
@@ -78,7 +85,7 @@ def test_a_throttled_delivery_waits_its_turn_and_is_not_an_attempt(app, producer
 
 
 @sqlite_only
-def test_nothing_is_lost_when_redis_forgets_a_throttled_delivery(app, producer, receiver, clock):
+def test_nothing_is_lost_when_redis_forgets_a_throttled_delivery(app, producer, receiver, clock, stepwise):
     sub = producer.subscribe(receiver.url + "/ok", rate_limit_per_s=1)
     for _ in range(3):
         producer.publish()
@@ -97,7 +104,7 @@ def test_nothing_is_lost_when_redis_forgets_a_throttled_delivery(app, producer, 
 
 
 @sqlite_only
-def test_a_replay_obeys_the_limit(app, producer, receiver, clock):
+def test_a_replay_obeys_the_limit(app, producer, receiver, clock, stepwise):
     sub = producer.subscribe(receiver.url + "/status/400")
     for _ in range(4):
         producer.publish()
@@ -137,3 +144,37 @@ def test_max_in_flight_caps_requests_to_one_endpoint(app, producer, receiver, cl
     arrivals = sorted(r.at for r in receiver.requests)
     assert len(arrivals) == 3
     assert all(later - earlier >= 0.29 for earlier, later in zip(arrivals, arrivals[1:]))  # one at a time
+
+
+@sqlite_only
+def test_looking_takes_no_turn(app):
+    limiter = RateLimiter(WorkQueue.for_app(app).conn, app.config["PROMESA_REDIS_PREFIX"])
+    now = 1_800_000_000.0
+    looks = [limiter.admit({"sub_y": (10, 5)}, now, consume=False)["sub_y"] for _ in range(3)]
+    next_at = pytest.approx(now + 0.1 - TOLERANCE_SECONDS)
+    assert looks == [(1, now, next_at)] * 3  # a worker deciding what to claim does not use the turn up
+    assert limiter.admit({"sub_y": (10, 5)}, now)["sub_y"] == (1, now, next_at)  # taking it, before sending
+    admitted, _, _ = limiter.admit({"sub_y": (10, 5)}, now, consume=False)["sub_y"]
+    assert admitted == 0
+
+
+@sqlite_only
+def test_turns_a_moment_ahead_are_reserved_and_waited_for_by_the_worker(app, producer, receiver, clock):
+    """With a lookahead, the worker takes the next turns (one interval apart) and sends each at its own:
+    the endpoint gets them spaced by the rate, without the promoter's tick in between."""
+    app.config["PROMESA_RATE_LIMIT_LOOKAHEAD_SECONDS"] = 0.5
+    limiter = RateLimiter(WorkQueue.for_app(app).conn, app.config["PROMESA_REDIS_PREFIX"], lookahead=0.5)
+    admitted, first, _ = limiter.admit({"sub_z": (10, 20)}, 1_800_000_000.0)["sub_z"]
+    assert admitted == 6 and first == 1_800_000_000.0  # turns 0, 0.1, ... 0.5 s ahead: within 0.5 s + 50 ms
+
+    producer.subscribe(receiver.url + "/ok", rate_limit_per_s=20)
+    for _ in range(5):
+        producer.publish()
+    began = time.time()
+    drain_once(app, clock)  # the first claim: five turns, 50 ms apart, all within the lookahead
+    arrivals = sorted(r.at for r in receiver.requests)
+    assert len(arrivals) == 5
+    # None goes before its turn: the i-th arrival comes at least i intervals after the drain began.
+    assert all(at - began >= 0.05 * i - 0.002 for i, at in enumerate(arrivals)), [a - began for a in arrivals]
+    stamps = sorted(int(r.headers["X-Signature"].split(",")[0][2:]) for r in receiver.requests)
+    assert stamps[-1] - stamps[0] <= 1  # signed at their turns, by the injected clock

@@ -34,7 +34,7 @@ from ..clock import from_unix, unix
 from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, SubscriptionState
 from . import http
 from .policies import decide, policy_for
-from .ratelimit import RateLimiter
+from .ratelimit import Pacer, RateLimiter
 from .targets import PublicOnlyResolver
 from ..queue import split_item, work_item
 
@@ -165,6 +165,7 @@ class Claimed:
     previous_secret_expires_at: dt.datetime | None
     rate_limit_per_s: float | None  # across all workers (delivery.ratelimit); None: no limit
     max_in_flight: int | None  # per worker; None: PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION
+    turn: float | None = None  # unix time its rate limit lets it go, when it has one (delivery.ratelimit)
 
 
 @dataclass
@@ -204,7 +205,7 @@ class DeliveryEngine:
         self._booked_until: dict[str, float] = {}  # per subscription, the latest deferred due time handed out
         # Learned from claims: the rate limit of each subscription that has one, and in-flight caps set per
         # subscription. Work for a subscription not in rate_limits never costs a limiter call.
-        self.limiter = RateLimiter(work.conn, cfg["PROMESA_REDIS_PREFIX"])
+        self.limiter = RateLimiter(work.conn, cfg["PROMESA_REDIS_PREFIX"], cfg["PROMESA_RATE_LIMIT_LOOKAHEAD_SECONDS"])
         self.rate_limits: dict[str, float] = {}
         self.in_flight_caps: dict[str, int] = {}
 
@@ -481,20 +482,25 @@ class DeliveryEngine:
                 del self.in_flight_caps[sub]
 
     def throttle_unclaimed(self, limited: dict[str, list[str]]) -> tuple[list[str], int]:
-        """Delivery ids of rate-limited subscriptions, before any claim: those within the rate, and how
-        many went back to Redis to wait their turn (no database write: their rows stay due)."""
+        """Delivery ids of rate-limited subscriptions, before any claim: those the limiter would let go now
+        (it only looks: the turn is taken just before sending), and how many went back to Redis to wait
+        their turn (no database write: their rows stay due)."""
         now = unix(self.clock.now())
         go, wait = self.limiter.split({sub: (self.rate_limits[sub], [(sub, i) for i in ids])
-                                       for sub, ids in limited.items()}, now)
+                                       for sub, ids in limited.items()}, now, consume=False)
         self.work.schedule([(work_item(sub, delivery_id), when) for (sub, delivery_id), when in wait])
-        return [delivery_id for _, delivery_id in go], len(wait)
+        return [delivery_id for (_, delivery_id), _ in go], len(wait)
 
     def throttle_claimed(self, limited: dict[str, list[Claimed]], token: str) -> set[str]:
-        """Claimed deliveries of rate-limited subscriptions the limiter had not seen in admit(): those
-        over the rate are handed back (lease released, due when the limiter says). Returns their ids."""
+        """Claimed deliveries of rate-limited subscriptions take their turns, just before they are sent
+        (so a slow claim cannot bunch them up). Those over the rate (another worker took the turn, or the
+        first claim of the subscription) are handed back: lease released, due when the limiter says.
+        Returns their ids."""
         now = self.clock.now()
-        _, wait = self.limiter.split({sub: (items[0].rate_limit_per_s, items) for sub, items in limited.items()},
-                                     unix(now))
+        go, wait = self.limiter.split({sub: (items[0].rate_limit_per_s, items) for sub, items in limited.items()},
+                                      unix(now))
+        for item, turn in go:
+            item.turn = turn
         if not wait:
             return set()
         ids = [item.delivery_id for item, _ in wait]
@@ -505,16 +511,21 @@ class DeliveryEngine:
         self.work.schedule([(work_item(item.subscription_id, item.delivery_id), when) for item, when in wait])
         return set(ids)
 
-    def start(self, session, item: Claimed, attempted_at: dt.datetime, timestamp: int) -> asyncio.Task:
-        """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts."""
+    def start(self, session, item: Claimed, attempted_at: dt.datetime, timestamp: int,
+              wait: float = 0.0, pacer: Pacer | None = None) -> asyncio.Task:
+        """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts.
+        A rate-limited one goes through its endpoint's `pacer`, `wait` seconds from now (its turn)."""
         headers = http.delivery_headers(
             event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
             attempt_number=item.attempt_number, scheme=item.scheme, secrets=self.signing_secrets(item, attempted_at),
             timestamp=timestamp, body=item.body)
-        return asyncio.get_running_loop().create_task(http.post(
+        sending = http.post(
             session, item.url, item.body, headers, connect_timeout=item.connect_timeout,
             attempt_timeout=item.attempt_timeout, excerpt_bytes=self.excerpt_bytes,
-            allow_private=self.allow_private))
+            allow_private=self.allow_private)
+        if pacer is not None:
+            sending = pacer.send(wait, 1.0 / item.rate_limit_per_s, sending)
+        return asyncio.get_running_loop().create_task(sending)
 
     def now_for_starts(self) -> tuple[dt.datetime, int]:
         now = self.clock.now()
@@ -542,8 +553,7 @@ class _Run:
         # left both cores 11 - 16 % idle.
         self.claiming: asyncio.Future | None = None
         self.claiming_ids: list[str] = []
-        # Ids the rate limiter let through before their claim (so take() does not ask again for them).
-        self.rate_admitted: set[str] = set()
+        self.pacers: dict[str, Pacer] = {}  # per rate-limited subscription (delivery.ratelimit)
 
     @property
     def local(self) -> int:
@@ -587,7 +597,6 @@ class _Run:
         if limited:  # the limiter hook: over the rate, work waits in Redis, unclaimed
             go, waiting = await asyncio.to_thread(engine.throttle_unclaimed, limited)
             self.stats.throttled += waiting
-            self.rate_admitted.update(go)
             claim.extend(go)
         return claim
 
@@ -599,7 +608,7 @@ class _Run:
         stats.skipped += len(ids) - len(items)  # stale or duplicate ids: someone else has them, or they are done
         engine.learn_limits(items)
         if engine.rate_limits:
-            items = await self._throttle_claimed(items, token, ids)
+            items = await self._throttle_claimed(items, token)
         to_hold = []
         lease_deadline = time.monotonic() + engine.lease_seconds * LEASE_SAFETY
         now = engine.now_for_starts()
@@ -615,14 +624,12 @@ class _Run:
             await asyncio.to_thread(engine.hold, to_hold, token)
             stats.held += len(to_hold)
 
-    async def _throttle_claimed(self, items: list[Claimed], token: str, ids: list[str]) -> list[Claimed]:
-        """The limiter hook after a claim, for rate-limited work admit() could not yet tell apart (the
-        first claim of a subscription, or a limit just set): over the rate, it is handed back."""
-        admitted, self.rate_admitted = self.rate_admitted, self.rate_admitted.difference(ids)
+    async def _throttle_claimed(self, items: list[Claimed], token: str) -> list[Claimed]:
+        """The limiter hook where work starts: claimed work of a rate-limited subscription takes its turn
+        now, or is handed back."""
         unchecked: dict[str, list[Claimed]] = {}
         for item in items:
-            if item.rate_limit_per_s and item.delivery_id not in admitted \
-                    and item.subscription_state == SubscriptionState.ACTIVE:
+            if item.rate_limit_per_s and item.subscription_state == SubscriptionState.ACTIVE:
                 unchecked.setdefault(item.subscription_id, []).append(item)
         if not unchecked:
             return items
@@ -632,7 +639,11 @@ class _Run:
 
     def _send(self, item: Claimed, token: str, now: tuple[dt.datetime, int]) -> None:
         attempted_at, timestamp = now
-        task = self.engine.start(self.session, item, attempted_at, timestamp)
+        wait = 0.0 if item.turn is None else item.turn - unix(attempted_at)
+        if wait > 0:  # its rate limit's turn is a moment away: the request waits for it, here
+            attempted_at, timestamp = from_unix(item.turn), int(item.turn)
+        pacer = None if item.turn is None else self.pacers.setdefault(item.subscription_id, Pacer())
+        task = self.engine.start(self.session, item, attempted_at, timestamp, wait, pacer)
         sub = item.subscription_id
         began = time.monotonic()
         self.per_subscription[sub] += 1

@@ -14,6 +14,9 @@ timestamps already require.
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 # After an idle spell an endpoint may get this much of a burst (seconds of its rate, at least one delivery);
 # while a backlog drains, the rate is exact.
 TOLERANCE_SECONDS = 0.05
@@ -21,50 +24,61 @@ TOLERANCE_SECONDS = 0.05
 # (so a raised limit takes effect within a minute).
 MAX_WAIT_SECONDS = 60.0
 
-# KEYS[1]: the endpoint's theoretical arrival time (TAT). ARGV: now, interval (1/rate), tolerance, wanted.
-# Admits as many of `wanted` deliveries as the rate allows now, and answers {admitted, when the next may go}.
+# KEYS[1]: the endpoint's theoretical arrival time (TAT): when its next turn is.
+# ARGV: now, interval (1/rate), tolerance, wanted, lookahead, consume (1: reserve the turns; 0: only look).
+# Gives as many of `wanted` deliveries a turn as fall within `lookahead` seconds (plus the tolerance),
+# one interval apart, and answers {how many, the first turn, when the next could be given one}.
 _GCRA = """
 local now = tonumber(ARGV[1])
 local interval = tonumber(ARGV[2])
 local tolerance = tonumber(ARGV[3])
 local wanted = tonumber(ARGV[4])
+local lookahead = tonumber(ARGV[5])
+local consume = ARGV[6] == '1'
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
+local first = tat
 local admitted = 0
-while admitted < wanted and tat - tolerance <= now do
+while admitted < wanted and tat - tolerance - lookahead <= now do
   tat = tat + interval
   admitted = admitted + 1
 end
-if admitted > 0 then
+if admitted > 0 and consume then
   redis.call('SET', KEYS[1], string.format('%.6f', tat), 'PX', math.ceil((tat - now) * 1000) + 1000)
 end
-local next_at = tat - tolerance
+local next_at = tat - tolerance - lookahead
 if next_at < now then next_at = now end
-return {admitted, string.format('%.6f', next_at)}
+return {admitted, string.format('%.6f', first), string.format('%.6f', next_at)}
 """
 
 
 class RateLimiter:
     """One per engine: the shared script, and when this worker last booked each endpoint's next turn."""
 
-    def __init__(self, conn, prefix: str):
+    def __init__(self, conn, prefix: str, lookahead: float = 0.0):
         self.conn = conn
         self.prefix = prefix
+        # A worker reserves turns up to this far ahead and waits for them itself, so its work does not
+        # depend on the promoter's tick to come back exactly on time.
+        self.lookahead = lookahead
         self._script = conn.register_script(_GCRA)
         self._booked_until: dict[str, float] = {}
 
     def key(self, subscription_id: str) -> str:
         return f"{self.prefix}:rate:{subscription_id}"
 
-    def admit(self, wanted: dict[str, tuple[float, int]], now: float) -> dict[str, tuple[int, float]]:
-        """{subscription: (rate per second, how many want to go)} -> {subscription: (how many may go now,
-        when the next may)}: one round trip for all of them."""
+    def admit(self, wanted: dict[str, tuple[float, int]], now: float,
+              consume: bool = True) -> dict[str, tuple[int, float, float]]:
+        """{subscription: (rate per second, how many want to go)} -> {subscription: (how many get a turn,
+        the first turn, when the next could get one)}: one round trip for all of them. The turns are one
+        interval apart from the first. consume=False only looks (reserves nothing)."""
         pipe = self.conn.pipeline(transaction=False)
         for subscription_id, (rate, count) in wanted.items():
-            self._script(keys=[self.key(subscription_id)], args=[now, 1.0 / rate, TOLERANCE_SECONDS, count],
-                         client=pipe)
+            self._script(keys=[self.key(subscription_id)],
+                         args=[now, 1.0 / rate, TOLERANCE_SECONDS, count, self.lookahead, int(consume)], client=pipe)
         answers = pipe.execute()
-        return {sub: (int(admitted), float(next_at)) for sub, (admitted, next_at) in zip(wanted, answers)}
+        return {sub: (int(admitted), float(first), float(next_at)) for sub, (admitted, first, next_at)
+                in zip(wanted, answers)}
 
     def turns(self, subscription_id: str, rate: float, count: int, next_at: float, now: float) -> list[float]:
         """When each of `count` throttled deliveries should come back: one per interval from the limiter's
@@ -77,12 +91,34 @@ class RateLimiter:
             self._booked_until[subscription_id] = out[-1]
         return out
 
-    def split(self, limited: dict[str, tuple[float, list]], now: float) -> tuple[list, list[tuple[object, float]]]:
-        """{subscription: (rate, [things])} -> (things that may go now, [(thing, when it may come back)])."""
-        answers = self.admit({sub: (rate, len(things)) for sub, (rate, things) in limited.items()}, now)
+    def split(self, limited: dict[str, tuple[float, list]], now: float,
+              consume: bool = True) -> tuple[list[tuple[object, float]], list[tuple[object, float]]]:
+        """{subscription: (rate, [things])} -> ([(thing, its turn)] for those that get one within the
+        lookahead, [(thing, when to come back and ask again)] for the others)."""
+        answers = self.admit({sub: (rate, len(things)) for sub, (rate, things) in limited.items()}, now, consume)
         go, wait = [], []
         for sub, (rate, things) in limited.items():
-            admitted, next_at = answers[sub]
-            go.extend(things[:admitted])
+            admitted, first, next_at = answers[sub]
+            go.extend((thing, first + i / rate) for i, thing in enumerate(things[:admitted]))
             wait.extend(zip(things[admitted:], self.turns(sub, rate, len(things) - admitted, next_at, now)))
         return go, wait
+
+
+class Pacer:
+    """Within one worker's drain, a rate-limited endpoint's requests start at their turns and at least one
+    interval apart in real time: after the event loop was held up (a busy machine), the requests whose
+    turns passed meanwhile go one interval apart, not all at once."""
+
+    def __init__(self):
+        self._lock = asyncio.Lock()
+        self._last = float("-inf")
+
+    async def send(self, wait: float, interval: float, sending):
+        if wait > 0:
+            await asyncio.sleep(wait)
+        async with self._lock:
+            gap = self._last + interval - time.monotonic()
+            if gap > 0:
+                await asyncio.sleep(gap)
+            self._last = time.monotonic()
+        return await sending
