@@ -178,3 +178,29 @@ def test_turns_a_moment_ahead_are_reserved_and_waited_for_by_the_worker(app, pro
     assert all(at - began >= 0.05 * i - 0.002 for i, at in enumerate(arrivals)), [a - began for a in arrivals]
     stamps = sorted(int(r.headers["X-Signature"].split(",")[0][2:]) for r in receiver.requests)
     assert stamps[-1] - stamps[0] <= 1  # signed at their turns, by the injected clock
+
+
+def test_a_request_that_missed_its_turn_takes_a_fresh_one_instead_of_going_at_once():
+    import asyncio
+
+    from dashboard.delivery.ratelimit import at_turn
+
+    asked = []
+
+    def retake():
+        asked.append(time.monotonic())
+        return True, 0.02  # a fresh turn, 20 ms away
+
+    async def request():
+        return time.monotonic()
+
+    async def main():
+        gate = asyncio.Semaphore(1)
+        on_time = await at_turn(0.01, request(), retake, gate)
+        assert not asked  # on time: no second question
+        began = time.monotonic()
+        sent = await at_turn(-0.2, request(), retake, gate)  # its turn went by 200 ms ago (a stalled loop)
+        assert len(asked) == 1 and sent - began >= 0.02  # it waited for the fresh turn
+        return on_time
+
+    asyncio.run(main())

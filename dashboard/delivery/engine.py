@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import datetime as dt
 import logging
 import random
@@ -34,7 +35,7 @@ from ..clock import from_unix, unix
 from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, SubscriptionState
 from . import http
 from .policies import decide, policy_for
-from .ratelimit import Pacer, RateLimiter
+from .ratelimit import RateLimiter, at_turn
 from .targets import PublicOnlyResolver
 from ..queue import split_item, work_item
 
@@ -512,9 +513,10 @@ class DeliveryEngine:
         return set(ids)
 
     def start(self, session, item: Claimed, attempted_at: dt.datetime, timestamp: int,
-              wait: float = 0.0, pacer: Pacer | None = None) -> asyncio.Task:
+              wait: float = 0.0, gate: asyncio.Semaphore | None = None) -> asyncio.Task:
         """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts.
-        A rate-limited one goes through its endpoint's `pacer`, `wait` seconds from now (its turn)."""
+        A rate-limited one goes at its turn, `wait` seconds from now, through its endpoint's in-flight
+        `gate` (delivery.ratelimit.at_turn)."""
         headers = http.delivery_headers(
             event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
             attempt_number=item.attempt_number, scheme=item.scheme, secrets=self.signing_secrets(item, attempted_at),
@@ -523,9 +525,15 @@ class DeliveryEngine:
             session, item.url, item.body, headers, connect_timeout=item.connect_timeout,
             attempt_timeout=item.attempt_timeout, excerpt_bytes=self.excerpt_bytes,
             allow_private=self.allow_private)
-        if pacer is not None:
-            sending = pacer.send(wait, 1.0 / item.rate_limit_per_s, sending)
+        if item.turn is not None:
+            sending = at_turn(wait, sending, functools.partial(self.retake, item), gate)
         return asyncio.get_running_loop().create_task(sending)
+
+    def retake(self, item: Claimed) -> tuple[bool, float]:
+        """A fresh turn for a request that missed its own: (got one, seconds until it, or until asking again)."""
+        now = unix(self.clock.now())
+        go, wait = self.limiter.split({item.subscription_id: (item.rate_limit_per_s, [item])}, now)
+        return (True, go[0][1] - now) if go else (False, wait[0][1] - now)
 
     def now_for_starts(self) -> tuple[dt.datetime, int]:
         now = self.clock.now()
@@ -553,7 +561,8 @@ class _Run:
         # left both cores 11 - 16 % idle.
         self.claiming: asyncio.Future | None = None
         self.claiming_ids: list[str] = []
-        self.pacers: dict[str, Pacer] = {}  # per rate-limited subscription (delivery.ratelimit)
+        # Per rate-limited subscription: its in-flight cap for requests that waited for their turn.
+        self.turn_gates: dict[str, asyncio.Semaphore] = {}
 
     @property
     def local(self) -> int:
@@ -615,7 +624,7 @@ class _Run:
         for item in items:
             if item.subscription_state != SubscriptionState.ACTIVE:
                 to_hold.append(item)
-            elif self.per_subscription[item.subscription_id] < engine.cap(item.subscription_id):
+            elif item.turn is not None or self.per_subscription[item.subscription_id] < engine.cap(item.subscription_id):
                 self._send(item, token, now)
             else:
                 self.waiting.setdefault(item.subscription_id, deque()).append((item, token, lease_deadline))
@@ -640,14 +649,17 @@ class _Run:
     def _send(self, item: Claimed, token: str, now: tuple[dt.datetime, int]) -> None:
         attempted_at, timestamp = now
         wait = 0.0 if item.turn is None else item.turn - unix(attempted_at)
-        if wait > 0:  # its rate limit's turn is a moment away: the request waits for it, here
+        if wait > 0:  # its rate limit's turn is a moment away: signed for then, sent then
             attempted_at, timestamp = from_unix(item.turn), int(item.turn)
-        pacer = None if item.turn is None else self.pacers.setdefault(item.subscription_id, Pacer())
-        task = self.engine.start(self.session, item, attempted_at, timestamp, wait, pacer)
         sub = item.subscription_id
         began = time.monotonic()
-        self.per_subscription[sub] += 1
-        self.started_at.setdefault(sub, []).append(began)
+        if item.turn is None:
+            task = self.engine.start(self.session, item, attempted_at, timestamp)
+            self.per_subscription[sub] += 1
+            self.started_at.setdefault(sub, []).append(began)
+        else:  # waiting for its turn takes no in-flight place: its gate admits the endpoint's cap at once
+            gate = self.turn_gates.get(sub) or self.turn_gates.setdefault(sub, asyncio.Semaphore(self.engine.cap(sub)))
+            task = self.engine.start(self.session, item, attempted_at, timestamp, wait, gate)
         self.in_flight[task] = (item, token, attempted_at, began)
         task.add_done_callback(self._on_done)
 
@@ -669,15 +681,15 @@ class _Run:
         for task in done:
             item, token, attempted_at, began = self.in_flight.pop(task)
             sub = item.subscription_id
-            self.per_subscription[sub] -= 1
-            starts = self.started_at[sub]
-            starts.remove(began)
             result = task.result()
+            if item.turn is None:
+                self.per_subscription[sub] -= 1
+                self.started_at[sub].remove(began)
+                freed.add(sub)
             self.engine.learn(sub, result.duration_ms / 1000)
             if not self.finished:
                 self.first_finished_at = time.monotonic()
             self.finished.append((item, token, attempted_at, result))
-            freed.add(sub)
         now = time.monotonic()
         starts_at = None
         for sub in freed:

@@ -104,21 +104,31 @@ class RateLimiter:
         return go, wait
 
 
-class Pacer:
-    """Within one worker's drain, a rate-limited endpoint's requests start at their turns and at least one
-    interval apart in real time: after the event loop was held up (a busy machine), the requests whose
-    turns passed meanwhile go one interval apart, not all at once."""
+# A request that leaves later than this after its turn (a busy event loop) takes a fresh turn instead:
+# turns that went by unused must not be spent all at once.
+LATE_SECONDS = TOLERANCE_SECONDS
+# ... at most this many times (then it goes): a frozen test clock never brings a fresh turn.
+MAX_RETAKES = 3
 
-    def __init__(self):
-        self._lock = asyncio.Lock()
-        self._last = float("-inf")
 
-    async def send(self, wait: float, interval: float, sending):
-        if wait > 0:
-            await asyncio.sleep(wait)
-        async with self._lock:
-            gap = self._last + interval - time.monotonic()
-            if gap > 0:
-                await asyncio.sleep(gap)
-            self._last = time.monotonic()
-        return await sending
+async def at_turn(wait: float, sending, retake, gate: asyncio.Semaphore):
+    """Send `sending` at its turn, `wait` seconds from now, once `gate` (the endpoint's in-flight cap) lets
+    it. Late by more than LATE_SECONDS (a busy event loop, or a full gate), it asks `retake()` (blocking,
+    run in a thread) for a fresh turn: (got one, seconds until it, or until it may ask again). So a worker
+    never spends a bunch of missed turns at once."""
+    due = time.monotonic() + wait
+    has_turn, retakes = True, 0
+    while True:
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        on_time = has_turn and time.monotonic() - due <= LATE_SECONDS
+        if on_time or retakes >= MAX_RETAKES:
+            async with gate:
+                if on_time and time.monotonic() - due > LATE_SECONDS and retakes < MAX_RETAKES:
+                    on_time = False  # the gate was full for too long: this turn went by
+                else:
+                    return await sending
+        has_turn, wait = await asyncio.to_thread(retake)
+        retakes += 1
+        due = time.monotonic() + wait
