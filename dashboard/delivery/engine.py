@@ -530,10 +530,12 @@ class DeliveryEngine:
         return asyncio.get_running_loop().create_task(sending)
 
     def retake(self, item: Claimed) -> tuple[bool, float]:
-        """A fresh turn for a request that missed its own: (got one, seconds until it, or until asking again)."""
+        """A fresh turn for a request that missed its own: (got one, seconds until it, or until asking again:
+        never long, it holds its lease meanwhile)."""
         now = unix(self.clock.now())
-        go, wait = self.limiter.split({item.subscription_id: (item.rate_limit_per_s, [item])}, now)
-        return (True, go[0][1] - now) if go else (False, wait[0][1] - now)
+        got, first, next_at = self.limiter.admit({item.subscription_id: (item.rate_limit_per_s, 1)}, now)[
+            item.subscription_id]
+        return (True, first - now) if got else (False, min(next_at - now, max(self.limiter.lookahead, 0.05)))
 
     def now_for_starts(self) -> tuple[dt.datetime, int]:
         now = self.clock.now()

@@ -107,8 +107,9 @@ class RateLimiter:
 # A request that leaves later than this after its turn (a busy event loop) takes a fresh turn instead:
 # turns that went by unused must not be spent all at once.
 LATE_SECONDS = TOLERANCE_SECONDS
-# ... at most this many times (then it goes): a frozen test clock never brings a fresh turn.
-MAX_RETAKES = 3
+# ... at most this many times, each a short wait (then it goes): a request holds its lease while it waits,
+# and a frozen test clock never brings a fresh turn.
+MAX_RETAKES = 5
 
 
 async def at_turn(wait: float, sending, retake, gate: asyncio.Semaphore):
