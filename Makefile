@@ -9,10 +9,11 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: install browser run test clean
 
-$(STAMP): pyproject.toml
+# One pip run: the service's promesa-receiver dependency is met by the SDK in sdk/, never by an index.
+$(STAMP): pyproject.toml sdk/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e ./sdk -e '.[test]'
 	touch $(STAMP)
 
 # Node is only for the tests that run the published TypeScript verification snippet.

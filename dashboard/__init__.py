@@ -1,7 +1,7 @@
 """Promesa: webhook delivery that keeps its promises.
 
-The package root stays free of Flask so that `dashboard.receiver` and
-`dashboard.signing` import on a receiver's machine with the standard library only.
+The package root stays free of Flask so that `dashboard.receiver` and `dashboard.signing`, kept as
+aliases of the receiver SDK (`promesa_receiver`, its own distribution in `sdk/`), import cheaply.
 """
 
 

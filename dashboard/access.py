@@ -4,6 +4,7 @@ and tests/test_access_matrix.py checks every route against it for every role.
 | role     | sees                | changes                                                        |
 |----------|---------------------|----------------------------------------------------------------|
 | admin    | every team          | everything: users, tokens, sinks, subscriptions                |
+|          |                     | (only admins see the notification sinks' own subscriptions)    |
 | operator | every team          | pause, resume, disable, enable, replay; acknowledges incidents |
 | oncall   | every team          | acknowledges incidents; nothing else                           |
 | owner    | own team            | own team's subscriptions (edit, rotate, delete, test, pause, replay) and tokens |
@@ -18,6 +19,8 @@ from flask_login import current_user
 ROLES = ("admin", "operator", "oncall", "owner", "member")
 # Roles that see every team's pages.
 GLOBAL_READERS = frozenset({"admin", "operator", "oncall"})
+# The team that owns the notification sinks: their URLs are credentials (a Slack webhook), for admins only.
+SYSTEM_TEAM = "promesa-system"
 # Roles that may pause, resume, disable and replay anywhere.
 GLOBAL_OPERATORS = frozenset({"admin", "operator"})
 
@@ -26,8 +29,20 @@ def _own_team(user, team_id) -> bool:
     return user.team_id is not None and team_id is not None and user.team_id == team_id
 
 
+def _is_system_team(team_id) -> bool:
+    from .extensions import db
+    from .models import Team
+
+    team = db.session.get(Team, team_id) if team_id is not None else None
+    return team is not None and team.name == SYSTEM_TEAM
+
+
 def can_view_team(user, team_id) -> bool:
-    return user.role in GLOBAL_READERS or _own_team(user, team_id)
+    if user.role == "admin":
+        return True
+    if user.role in GLOBAL_READERS:
+        return not _is_system_team(team_id)
+    return _own_team(user, team_id)
 
 
 def can_view(user, sub) -> bool:
@@ -60,8 +75,14 @@ def is_admin(user) -> bool:
 
 def visible_to(user, team_column):
     """A WHERE clause that keeps only the rows of teams this user may see (None: every team)."""
-    if user.role in GLOBAL_READERS:
+    if user.role == "admin":
         return None
+    if user.role in GLOBAL_READERS:
+        from sqlalchemy import select
+
+        from .models import Team
+
+        return team_column.not_in(select(Team.id).where(Team.name == SYSTEM_TEAM).scalar_subquery())
     return team_column == (user.team_id if user.team_id is not None else -1)
 
 

@@ -600,13 +600,15 @@ def _seed(run: Run, tag: str, subscription_ids: list[str], deliveries: int, atte
                 if i % per_event == 0:
                     body = json.dumps({"id": event_id, "type": "bench.seed", "version": 1,
                                        "timestamp": at.isoformat() + "Z", "data": {"resource_id": f"r_{i}"}})
-                    events.append({"id": event_id, "team_id": run.team_id, "type": "bench.seed", "version": 1,
+                    events.append({"key": event_id, "id": event_id, "team_id": run.team_id, "type": "bench.seed",
+                                   "version": 1,
                                    "data": {"resource_id": f"r_{i}"}, "body": body, "occurred_at": at,
                                    "created_at": at})
                 state = state_of(i)
                 delivery_id = f"dlv_{tag}{run.run_id}{i:012d}"
                 ids.append(delivery_id)
-                rows.append({"id": delivery_id, "event_id": event_id, "subscription_id": subscription_ids[i % per_event],
+                rows.append({"id": delivery_id, "event_key": event_id,
+                             "subscription_id": subscription_ids[i % per_event],
                              "state": state, "attempt_count": attempts_each, "retry_base": 0,
                              "next_attempt_at": at if state == "scheduled" else None, "created_at": at,
                              "updated_at": at, "last_status_code": 200 if state == "succeeded" else 500,

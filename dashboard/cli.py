@@ -1,16 +1,15 @@
-"""The `promesa` command: up, web, worker, sweep, users, tokens, db, bench."""
+"""The `promesa` command: up, web, worker, sweep, users, tokens, sinks, db, bench."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
-import time
 
 import click
 from flask import current_app
@@ -81,29 +80,67 @@ def tokens_create(team_name):
     click.echo(plaintext)
 
 
+@tokens.command("list")
+@click.option("--team", "team_name", help="only this team's tokens")
+def tokens_list(team_name):
+    """Every token's prefix, team, creation and revocation time (the token itself is never kept)."""
+    query = select(ApiToken, Team.name).join(Team, ApiToken.team_id == Team.id).order_by(ApiToken.id)
+    if team_name:
+        query = query.where(Team.name == team_name)
+    click.echo(f"{'prefix':<12} {'team':<20} {'created (UTC)':<20} revoked (UTC)")
+    for token, team in db.session.execute(query):
+        revoked = f"{token.revoked_at:%Y-%m-%d %H:%M:%S}" if token.revoked_at else "-"
+        click.echo(f"{token.display_prefix:<12} {team:<20} {token.created_at:%Y-%m-%d %H:%M:%S}  {revoked}")
+
+
+@tokens.command("revoke")
+@click.argument("prefix_or_token")
+def tokens_revoke(prefix_or_token):
+    """Revoke a token, named by the prefix `tokens list` shows (or the whole token); the API refuses it at once."""
+    value = prefix_or_token.strip()
+    matches = db.session.scalars(select(ApiToken).where(
+        (ApiToken.display_prefix == value) | (ApiToken.token_sha256 == ApiToken.digest(value)))).all()
+    if not matches:
+        raise click.ClickException(f"no token with the prefix {value[:ApiToken.DISPLAY_LENGTH]!r}")
+    if len(matches) > 1:
+        raise click.ClickException(f"{len(matches)} tokens share the prefix {value!r}: pass the whole token")
+    token = matches[0]
+    if token.revoked_at is not None:
+        click.echo(f"token {token.display_prefix} was already revoked at {token.revoked_at:%Y-%m-%d %H:%M:%S} UTC")
+        return
+    token.revoked_at = current_app.config["CLOCK"].now()
+    db.session.commit()
+    click.echo(f"revoked token {token.display_prefix} of team {token.team.name}")
+
+
 @cli.command()
-@click.option("--burst", is_flag=True, help="deliver what is queued, then exit")
+@click.option("--burst", is_flag=True, help="deliver what is queued, then exit (non-zero if a drain failed)")
 def worker(burst):
     """An RQ worker that delivers (run as many as you like, on any machine)."""
-    from rq import SimpleWorker
-
     from .queue import WorkQueue
     from .sweeper import promote_forever
-    from .clock import unix
+    from .worker import run
 
     app = current_app._get_current_object()
     work = WorkQueue.for_app(app)
-    work.promote_due(unix(app.config["CLOCK"].now()))
+    stop = threading.Event()
     if not burst:
-        stop = threading.Event()
         threading.Thread(target=promote_forever, args=(app, stop), daemon=True, name="promoter").start()
+    else:
+        from .clock import unix
+        from .outages import REDIS_AWAY
+
+        with contextlib.suppress(*REDIS_AWAY):  # Redis away: run() below waits for it
+            work.promote_due(unix(app.config["CLOCK"].now()))
     from . import jobs  # noqa: F401  (imported now, so the freeze below covers the delivery code too)
 
     # Everything imported so far lives as long as the process: keep it out of the cyclic garbage
     # collector's scans, which took 13% of a delivering worker's CPU.
     gc.freeze()
     # SimpleWorker: one drain job carries many deliveries, so forking per job buys nothing but latency.
-    SimpleWorker([work.rq], connection=work.conn).work(burst=burst, logging_level="INFO")
+    status = run(work, burst)
+    stop.set()
+    sys.exit(status)
 
 
 @cli.command()
@@ -139,6 +176,7 @@ def up(host, port, worker_count):
     import flask_migrate
 
     from .queue import connect
+    from .supervisor import Supervisor
 
     app = current_app._get_current_object()
     flask_migrate.upgrade()
@@ -155,35 +193,27 @@ def up(host, port, worker_count):
         db.session.commit()
         click.echo(f"first run: created admin login  admin@promesa.local / {password}")
     promesa = [sys.executable, "-m", "dashboard.cli"]
-    children = [subprocess.Popen(promesa + ["web", "--host", host, "--port", str(port)], env=env)]
-    children += [subprocess.Popen(promesa + ["worker"], env=env) for _ in range(worker_count)]
-    children.append(subprocess.Popen(promesa + ["sweep"], env=env))
+    commands = {"web": promesa + ["web", "--host", host, "--port", str(port)]}
+    commands.update({f"worker {n}": promesa + ["worker"] for n in range(1, worker_count + 1)})
+    commands["sweeper"] = promesa + ["sweep"]
+    children = Supervisor(commands, env)
+    children.start()
     click.echo(f"Promesa dashboard: http://{host}:{port}/  (Ctrl-C stops everything)")
-
-    def stop(*_):
-        for child in children:
-            if child.poll() is None:
-                child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        while all(child.poll() is None for child in children):
-            time.sleep(0.5)
-        click.echo("a child process exited; stopping everything", err=True)
+        children.run(stopping)  # a child that dies is restarted, with backoff; the others carry on
     except KeyboardInterrupt:
         pass
-    stop()
+    children.stop()
 
 
 from .bench import bench_command  # noqa: E402  (a command of its own module, registered here)
 
 cli.add_command(bench_command)
+from .sink_commands import sinks_command  # noqa: E402
+
+cli.add_command(sinks_command)
 
 
 if __name__ == "__main__":

@@ -53,4 +53,4 @@ def iso(when: dt.datetime | None) -> str | None:
     """ISO 8601 with milliseconds and a Z, as the thin event body carries it."""
     if when is None:
         return None
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+    return when.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"  # strftime's %Y writes year 1 as "1"

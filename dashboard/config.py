@@ -81,6 +81,14 @@ DEFAULTS = {
     "SQLALCHEMY_ENGINE_OPTIONS": {},
     # A dashboard stays open for hours: the CSRF token lives as long as the session.
     "WTF_CSRF_TIME_LIMIT": None,
+    # The session cookie never rides along on a cross-site POST; `Secure` is added per request over https.
+    "SESSION_COOKIE_SAMESITE": "Lax",
+    "SESSION_COOKIE_HTTPONLY": True,
+    # How many reverse proxies in front of the web may set X-Forwarded-For/-Proto (0: trust none).
+    "PROMESA_TRUSTED_PROXIES": 0,
+    # Failed sign-ins allowed per account and per client address before a 429 (limits' notation).
+    "PROMESA_LOGIN_LIMIT_PER_ACCOUNT": "5 per 15 minutes",
+    "PROMESA_LOGIN_LIMIT_PER_ADDRESS": "30 per 15 minutes",
     "PROMESA_REDIS_PREFIX": "promesa",
     "PROMESA_QUEUE": "promesa",
     # How many drain jobs may run at once across all workers.
@@ -99,6 +107,20 @@ DEFAULTS = {
     "PROMESA_RESPONSE_EXCERPT_BYTES": 1024,
     # A worker reserves a rate-limited endpoint's turns up to this far ahead, and waits for them itself.
     "PROMESA_RATE_LIMIT_LOOKAHEAD_SECONDS": 0.5,
-    # How long a claimed delivery stays a worker's before the sweeper may hand it to another.
-    "PROMESA_LEASE_SECONDS": 120,
+    # How long a claimed delivery stays a worker's before the sweeper may hand it to another. A drain
+    # renews the leases of what it holds every third of this, so it bounds how long the work of a
+    # worker killed outright (SIGKILL, a lost machine) waits, not how long a delivery may wait here.
+    "PROMESA_LEASE_SECONDS": 30,
+    # Links in notifications (Slack messages, JSON events) point here: the dashboard's public address.
+    "PROMESA_BASE_URL": "http://localhost:5000",
+    # A subscription whose every attempt has failed this long is disabled by the system (Svix: 5 days);
+    # the clock starts once a streak has this many failed attempts.
+    "PROMESA_AUTO_DISABLE_DAYS": 5.0,
+    "PROMESA_AUTO_DISABLE_AFTER_FAILURES": 5,
+    # The `backlog` rule: Promesa's own health, when the oldest due delivery has waited this long.
+    "PROMESA_BACKLOG_ALERT_MINUTES": 10,
+    # /metrics: answers only to this bearer token when set, else only to loopback clients.
+    "PROMESA_METRICS_TOKEN": "",
+    # /metrics: this many subscriptions get series of their own; the rest are summed as "other".
+    "PROMESA_METRICS_SUBSCRIPTION_LABELS": 50,
 }

@@ -8,7 +8,6 @@ import fnmatch
 import functools
 import json
 import logging
-import re
 from dataclasses import dataclass
 
 import redis
@@ -23,49 +22,35 @@ from .clock import iso
 from .extensions import db
 from .ids import new_ids
 from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
+from .outages import REDIS_AWAY, redis_outage
 from .queue import WorkQueue, work_item
-from .validation import TYPE_RE, ApiError, check_fields
+from .schemas import EventInput
+from .validation import MAX_DATA_DEPTH, ApiError, compact_json, nesting_depth
 
 log = logging.getLogger(__name__)
 
-EVENT_FIELDS = {"type", "data", "id", "version", "timestamp"}
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}$")
-
-
-def parse_occurred_at(value) -> dt.datetime | None:
-    """The producer's "when it happened": RFC 3339 with a zone, stored as naive UTC."""
-    if value is None:
+def occurred_at_utc(when: dt.datetime | None) -> dt.datetime | None:
+    """The producer's "when it happened" (aware), stored as naive UTC."""
+    if when is None:
         return None
     try:
-        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
-    except ValueError:
-        when = None
-    if when is None or when.tzinfo is None:
-        raise ApiError(400, "timestamp must be an RFC 3339 time with a zone, like 2026-11-29T18:00:00.123Z")
-    return when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is a valid time, but its UTC is before year 1
+        raise ApiError(422, f"timestamp {when.isoformat()} is outside years 1 to 9999 in UTC") from None
 
 
-def validate_event(payload, cap: int) -> tuple[str, dict, str | None, int | None, str]:
-    """The event's type, data, id and version, and data as compact JSON (measured against `cap` bytes
-    here, reused in the body)."""
-    check_fields(payload, EVENT_FIELDS, {"type"})
-    event_type = payload["type"]
-    if not isinstance(event_type, str) or not TYPE_RE.match(event_type):
-        raise ApiError(400, "type must be a string of letters, digits, '.', '_' or '-' (at most 200), like 'file.updated'")
-    data = payload.get("data", {})
-    if not isinstance(data, dict):
-        raise ApiError(400, "data must be a JSON object")
-    data_json = json.dumps(data, separators=(",", ":"))
+def validate_event(event: EventInput, cap: int) -> str:
+    """What the schema cannot say about an event's data: no NaN or Infinity, at most `cap` bytes and
+    MAX_DATA_DEPTH levels. Returns data as compact JSON (measured here, reused in the body)."""
+    data_json = compact_json(event.data, "data")
     size = len(data_json.encode("utf-8"))
     if size > cap:
         raise ApiError(413, f"data is {size} bytes; the cap is {cap} bytes (send ids and versions, not content)")
-    event_id = payload.get("id")
-    if event_id is not None and (not isinstance(event_id, str) or not ID_RE.match(event_id)):
-        raise ApiError(400, "id must be a string of at most 64 letters, digits, '_', '-', '.' or ':'")
-    version = payload.get("version")
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
-        raise ApiError(400, "version must be a whole number of at least 1")
-    return event_type, data, event_id, version, data_json
+    # Each level takes at least two characters: short data cannot be too deep, and is not walked.
+    if len(data_json) > 2 * MAX_DATA_DEPTH and (depth := nesting_depth(event.data)) > MAX_DATA_DEPTH:
+        raise ApiError(422, f"data is nested {depth} levels deep; at most {MAX_DATA_DEPTH} (thin events carry "
+                            "ids and versions)")
+    return data_json
 
 
 def wants(sub, event_type: str, version: int) -> bool:
@@ -88,16 +73,18 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
 # event a repeated Idempotency-Key names.
 _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions) \
     .where(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None))
-_EVENTS_BY_ID = select(Event).where(Event.id.in_(bindparam("ids", expanding=True)))
+_EVENTS_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"),
+                                    Event.id.in_(bindparam("ids", expanding=True)))
+_EVENT_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"), Event.id == bindparam("id"))
 _BY_IDEMPOTENCY_KEY = select(Event).where(Event.team_id == bindparam("team_id"),
                                           Event.idempotency_key == bindparam("key"))
 
 
-def _stored_events(event_ids: list[str]) -> dict[str, Event]:
-    """The already stored events among these ids, in one query rather than one per event."""
+def _stored_events(team: Team, event_ids: list[str]) -> dict[str, Event]:
+    """The team's already stored events among these ids, in one query rather than one per event."""
     if not event_ids:
         return {}
-    return {e.id: e for e in db.session.scalars(_EVENTS_BY_ID, {"ids": list(set(event_ids))})}
+    return {e.id: e for e in db.session.scalars(_EVENTS_BY_ID, {"team_id": team.id, "ids": list(set(event_ids))})}
 
 
 def _existing(team: Team, event_id: str | None, idempotency_key: str | None,
@@ -108,11 +95,14 @@ def _existing(team: Team, event_id: str | None, idempotency_key: str | None,
         if found:
             return found
     if event_id:
-        found = stored.get(event_id) if stored is not None else db.session.get(Event, event_id)
-        if found is not None and found.team_id != team.id:
-            raise ApiError(409, f"event id {event_id!r} is already used by another producer; choose another id")
-        return found
+        return stored.get(event_id) if stored is not None else for_team(team, event_id)
     return None
+
+
+def for_team(team: Team, event_id: str) -> Event | None:
+    """The team's event with this id. Ids are unique per team: another team's event with the same id is
+    another event, and never found from here."""
+    return db.session.scalar(_EVENT_BY_ID, {"team_id": team.id, "id": event_id})
 
 
 @dataclass(frozen=True)
@@ -122,17 +112,14 @@ class Accepted:
     duplicate: bool
 
 
-MAX_BATCH = 500
-
-
-def ingest(team: Team, payload, idempotency_key: str | None = None) -> Accepted:
+def ingest(team: Team, event: EventInput, idempotency_key: str | None = None) -> Accepted:
     """Store one event and its deliveries (or find the first one, for a repeated key or id)."""
-    if idempotency_key is not None and not (0 < len(idempotency_key) <= 255):
-        raise ApiError(400, "Idempotency-Key must be 1 to 255 characters")
-    return ingest_many(team, [payload], idempotency_key, numbered=False)[0]
+    if idempotency_key is not None and (not 0 < len(idempotency_key) <= 255 or "\x00" in idempotency_key):
+        raise ApiError(400, "Idempotency-Key must be 1 to 255 characters, without NUL characters")
+    return ingest_many(team, [event], idempotency_key, numbered=False)[0]
 
 
-def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
+def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | None = None,
                 numbered: bool = True, only: tuple[str, bool] | None = None) -> list[Accepted]:
     """Validate every event first, then store them all and their deliveries in one transaction,
     then enqueue. One bad event rejects the whole batch: nothing is stored half-way.
@@ -144,24 +131,24 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
 
     cap = current_app.config["PROMESA_MAX_DATA_BYTES"]
     checked = []
-    for index, payload in enumerate(payloads):
+    for index, event in enumerate(events_in):
         try:
-            event_type, data, event_id, version, data_json = validate_event(payload, cap)
-            checked.append((event_type, data, event_id, version, data_json,
-                            parse_occurred_at(payload.get("timestamp"))))
+            checked.append((event.type, event.data, event.id, event.version, validate_event(event, cap),
+                            occurred_at_utc(event.timestamp)))
         except ApiError as exc:
             raise at(index, exc) from None
 
     now = current_app.config["CLOCK"].now()
     now_iso = iso(now)
     subscriptions = db.session.execute(_ROUTING, {"team_id": team.id}).all() if only is None else []
-    stored = _stored_events([c[2] for c in checked if c[2]])
+    stored = _stored_events(team, [c[2] for c in checked if c[2]])
     # (type, asked version) -> (version, declaration, [(subscription id, active)] that want it): once per batch
     plans: dict[tuple, tuple] = {}
     results: list[Accepted | None] = []
     seen: dict[str, int] = {}  # an id repeated inside the batch is a duplicate of its first appearance
-    fresh_event_ids = iter(new_ids("evt", sum(1 for c in checked if c[2] is None)))
-    events, promised = [], []  # promised: (event id, subscription id, active), one per delivery
+    # Every new event gets a key (unique across teams); one the producer did not name takes it as its id too.
+    fresh_keys = iter(new_ids("evt", len(checked)))
+    events, promised = [], []  # promised: (event key, subscription id, active), one per delivery
     for index, (event_type, data, event_id, version, data_json, occurred_at) in enumerate(checked):
         if event_id in seen:
             results.append(None)
@@ -184,17 +171,18 @@ def ingest_many(team: Team, payloads: list, idempotency_key: str | None = None,
                 catalog.validate_data(declared, data)
             except ApiError as exc:
                 raise at(index, exc) from None
-        event_id = event_id or next(fresh_event_ids)
+        key = next(fresh_keys)
+        event_id = event_id or key
         seen[event_id] = index
-        events.append({"id": event_id, "type": event_type, "version": version, "data": data,
+        events.append({"key": key, "id": event_id, "type": event_type, "version": version, "data": data,
                        "body": thin_body(event_id, event_type, version,
                                          now_iso if occurred_at is None else iso(occurred_at), data_json),
                        "occurred_at": occurred_at or now})
-        promised.extend((event_id, subscription_id, active) for subscription_id, active in targets)
+        promised.extend((key, subscription_id, active) for subscription_id, active in targets)
         results.append(Accepted(event_id, len(targets), False))
     deliveries, ready = [], []
-    for (event_id, subscription_id, active), delivery_id in zip(promised, new_ids("dlv", len(promised))):
-        deliveries.append({"id": delivery_id, "event_id": event_id, "subscription_id": subscription_id,
+    for (event_key, subscription_id, active), delivery_id in zip(promised, new_ids("dlv", len(promised))):
+        deliveries.append({"id": delivery_id, "event_key": event_key, "subscription_id": subscription_id,
                            "state": DeliveryState.PENDING if active else DeliveryState.HELD})
         if active:
             ready.append(work_item(subscription_id, delivery_id))
@@ -282,5 +270,10 @@ def enqueue(items: list[str]) -> None:
         return
     try:
         WorkQueue.for_app().push(items)
-    except (redis.RedisError, OSError):  # accepted work is in the database: never fail the producer for Redis
+    except REDIS_AWAY as error:  # accepted work is in the database: never fail the producer for Redis
+        redis_outage.failed(error, "ingest")  # one line per outage, not a traceback per request
+        return
+    except (redis.RedisError, OSError):
         log.warning("could not enqueue %d deliveries; the sweeper will", len(items), exc_info=True)
+        return
+    redis_outage.succeeded("ingest")

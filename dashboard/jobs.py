@@ -7,11 +7,15 @@ import logging
 from flask import current_app
 
 from .delivery.engine import DeliveryEngine
+from .outages import REDIS_AWAY
 from .queue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 _engines: dict[int, DeliveryEngine] = {}
+# Drain slots a job could not give back because Redis was away: given back when it returns
+# (else each would block a drain for SLOT_TTL_SECONDS after the outage).
+_slots_to_release: set[str] = set()
 
 
 def _engine_for(app) -> DeliveryEngine:
@@ -28,11 +32,37 @@ def drain(slot_token: str) -> dict:
     app = current_app._get_current_object()
     engine = _engine_for(app)
     work = engine.work
-    work.heartbeat(slot_token)
     try:
+        work.heartbeat(slot_token)
         stats = engine.drain(slot_token, app.config["PROMESA_DRAIN_BUDGET_SECONDS"],
                              app.config["PROMESA_DRAIN_LINGER_SECONDS"])
     finally:
-        work.release(slot_token)  # and start a successor if work is still waiting
+        try:
+            work.release(slot_token)  # and start a successor if work is still waiting
+        except REDIS_AWAY:
+            _slots_to_release.add(slot_token)  # what failed the drain (if anything) is what propagates
     log.info("drained: %s", stats)
     return {"claimed": stats.claimed, "attempted": stats.attempted, "states": dict(stats.states)}
+
+
+def after_redis_outage(work: WorkQueue) -> None:
+    """Redis is back: give back the slots that could not be released, and start a drain for
+    whatever waits in the ready list."""
+    for token in list(_slots_to_release):
+        work.conn.zrem(work.drainers_key, token)
+        _slots_to_release.discard(token)
+    work.kick()
+
+
+def stop_draining() -> None:
+    """The worker was asked to stop: running drains end now as at the end of their budget
+    (recording what is in flight, handing back what waits), instead of running it out."""
+    for engine in _engines.values():
+        engine.stopping.set()
+
+
+def close_engines() -> None:
+    """Close every engine's HTTP session and event loop (no "Unclosed client session" at exit)."""
+    while _engines:
+        _, engine = _engines.popitem()
+        engine.close()

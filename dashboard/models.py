@@ -83,8 +83,18 @@ class User(UserMixin, db.Model):
     role: Mapped[str] = mapped_column(String(20), default="member")
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    # Part of every session's id: raising it ends all of the user's sessions (the cookie alone cannot).
+    session_version: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
     team: Mapped[Team | None] = relationship()
+
+    def get_id(self) -> str:
+        """What Flask-Login keeps in the session cookie: the user and the session version it was issued for."""
+        return f"{self.id}:{self.session_version}"
+
+    def end_sessions(self) -> None:
+        """Every session cookie issued so far stops working, copies included."""
+        self.session_version += 1
 
     def set_password(self, password: str) -> None:
         self.password_hash = generate_password_hash(password)
@@ -98,6 +108,7 @@ class ApiToken(db.Model):
 
     __tablename__ = "api_tokens"
     PREFIX = "pk_"
+    DISPLAY_LENGTH = 10  # how much of a token is kept in the clear, to name it in lists
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
@@ -115,7 +126,7 @@ class ApiToken(db.Model):
     @classmethod
     def issue(cls, team: Team) -> tuple[ApiToken, str]:
         token = cls.PREFIX + secrets.token_urlsafe(32)
-        return cls(team=team, token_sha256=cls.digest(token), display_prefix=token[:10]), token
+        return cls(team=team, token_sha256=cls.digest(token), display_prefix=token[:cls.DISPLAY_LENGTH]), token
 
 
 class Subscription(db.Model):
@@ -171,10 +182,15 @@ class EventType(db.Model):
 
 class Event(db.Model):
     __tablename__ = "events"
-    __table_args__ = (UniqueConstraint("team_id", "idempotency_key", name="uq_events_team_idempotency_key"),)
+    __table_args__ = (UniqueConstraint("team_id", "idempotency_key", name="uq_events_team_idempotency_key"),
+                      UniqueConstraint("team_id", "id", name="uq_events_team_id"))
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    # Promesa's own id for the row, unique across teams: what deliveries reference. Never shown.
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # The event id producers and receivers see (the producer's own, or the key): unique in its team only,
+    # so look events up by (team_id, id), never by id alone.
+    id: Mapped[str] = mapped_column(String(64))
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
     type: Mapped[str] = mapped_column(String(200))
     version: Mapped[int] = mapped_column(Integer, default=1)
     data: Mapped[dict] = mapped_column(JSON)
@@ -204,7 +220,7 @@ class Delivery(db.Model):
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("dlv"))
-    event_id: Mapped[str] = mapped_column(ForeignKey("events.id"), index=True)
+    event_key: Mapped[str] = mapped_column(ForeignKey("events.key"), index=True)  # the event's key, not its id
     subscription_id: Mapped[str] = mapped_column(ForeignKey("subscriptions.id"))
     state: Mapped[str] = mapped_column(String(16), default=DeliveryState.PENDING)
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -270,3 +286,131 @@ class AuditEntry(db.Model):
     deliveries: Mapped[int | None] = mapped_column(Integer)
     # Anything else worth keeping: a reason, before/after of an edit (secrets never).
     detail: Mapped[dict | None] = mapped_column(JSON)
+
+
+class OutcomeCount(db.Model):
+    """Attempts per subscription per minute, by outcome: what every chart, health figure and alert
+    rule reads, so none of them scans the attempts table. Written by the delivery engine in the
+    same transaction as the attempts it counts."""
+
+    __tablename__ = "outcome_counts"
+
+    subscription_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    minute: Mapped[dt.datetime] = mapped_column(DateTime, primary_key=True)  # the minute's start, UTC
+    succeeded: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)  # attempts that failed, retried or not
+    dead: Mapped[int] = mapped_column(Integer, default=0)  # deliveries given up on in that minute
+    duration_ms: Mapped[int] = mapped_column(BigInteger, default=0)  # summed, for the average latency
+
+
+class IncidentState:
+    OPEN = "open"
+    ACKNOWLEDGED = "acknowledged"
+    RESOLVED = "resolved"
+
+    ALL = (OPEN, ACKNOWLEDGED, RESOLVED)
+
+
+_UNRESOLVED = text("resolved_at IS NULL")
+
+
+class Incident(db.Model):
+    """One cause, one incident: a rule that fired for a subscription (or, for `backlog`, for Promesa
+    itself: subscription_id is null). It opens, may be acknowledged, and resolves by itself once its
+    rule has been false for a whole window (dashboard.incidents)."""
+
+    __tablename__ = "incidents"
+    __table_args__ = (
+        # At most one unresolved incident per subscription and rule, whoever evaluates: no storms.
+        # coalesce: unique indexes treat NULLs as distinct, and `backlog` has no subscription.
+        Index("uq_incidents_unresolved", text("coalesce(subscription_id, '')"), "rule", unique=True,
+              postgresql_where=_UNRESOLVED, sqlite_where=_UNRESOLVED),
+        Index("ix_incidents_opened_at", "opened_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("inc"))
+    # No foreign keys: an incident is history, and outlives what it names (like the audit log).
+    subscription_id: Mapped[str | None] = mapped_column(String(40))
+    team_id: Mapped[int | None] = mapped_column(Integer)
+    rule: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), default=IncidentState.OPEN)
+    opened_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    acknowledged_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    acknowledged_by: Mapped[str | None] = mapped_column(String(254))
+    resolved_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    # When the evidence starts (the first dead letter, failure or waiting delivery), and when the rule
+    # was last seen true: it resolves once last_seen_at is a whole window ago.
+    first_seen_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    # The figures that fired it, as of last_seen_at: {"dead": 7, "window_minutes": 15, "threshold": 5}.
+    figures: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
+class IncidentRule(db.Model):
+    """A subscription's own setting of one rule, where it differs from the defaults (owners and admins)."""
+
+    __tablename__ = "incident_rules"
+
+    subscription_id: Mapped[str] = mapped_column(ForeignKey("subscriptions.id"), primary_key=True)
+    rule: Mapped[str] = mapped_column(String(32), primary_key=True)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    threshold: Mapped[float | None] = mapped_column(Float)
+    window_minutes: Mapped[int | None] = mapped_column(Integer)
+    min_attempts: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    updated_by: Mapped[str] = mapped_column(String(254))
+
+
+class SubscriptionHealth(db.Model):
+    """What the sweeper folds, minute by minute, out of outcome_counts: running totals (for /metrics
+    counters) and the current failure streak (for `failing_since` and automatic disable). Folding
+    reads only the minutes since the last pass, so neither needs days of history at each pass."""
+
+    __tablename__ = "subscription_health"
+
+    subscription_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    succeeded_total: Mapped[int] = mapped_column(BigInteger, default=0)
+    failed_total: Mapped[int] = mapped_column(BigInteger, default=0)
+    dead_total: Mapped[int] = mapped_column(BigInteger, default=0)
+    # The first failing minute with no success since (None: the last attempt that counted succeeded).
+    failing_since: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    streak_failures: Mapped[int] = mapped_column(Integer, default=0)
+    # When the streak had failed often enough to start the automatic-disable clock.
+    disable_clock_started_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    last_failure_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+
+
+class SweepMark(db.Model):
+    """How far a sweeper task has got (a minute, a time, an attempt id), so the next pass reads only
+    what is new. Advanced by a conditional UPDATE: of two sweepers, one folds a stretch, never both."""
+
+    __tablename__ = "sweep_marks"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    position: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class MetricCounter(db.Model):
+    """Counters that only grow, folded by the sweeper for /metrics (e.g. the attempt-latency histogram)."""
+
+    __tablename__ = "metric_counters"
+
+    name: Mapped[str] = mapped_column(String(60), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class NotificationSink(db.Model):
+    """Where operational notifications go: a Slack-compatible incoming webhook or a JSON webhook.
+    Each is a subscription of Promesa's own system team, so notifications are deliveries like any
+    other: signed, retried, recorded, replayable."""
+
+    __tablename__ = "notification_sinks"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("snk"))
+    kind: Mapped[str] = mapped_column(String(16))  # "slack" or "json"
+    subscription_id: Mapped[str] = mapped_column(ForeignKey("subscriptions.id"), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    created_by: Mapped[str] = mapped_column(String(254))
+
+    subscription: Mapped[Subscription] = relationship()

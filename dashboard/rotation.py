@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from flask import current_app
 from sqlalchemy import select, update
 
-from . import audit, crypto, signing
+from promesa_receiver import signing
+
+from . import audit, crypto
 from .clock import iso
 from .extensions import db
 from .models import AuditEntry, Subscription
-from .validation import ApiError, check_fields
+from .validation import ApiError
 
 DEFAULT_GRACE_SECONDS = 24 * 3600
 MAX_GRACE_SECONDS = 7 * 24 * 3600
@@ -45,14 +47,6 @@ def signing_secrets(sub: Subscription, now: dt.datetime) -> list[SigningSecret]:
 
 def signing_json(sub: Subscription, now: dt.datetime) -> list[dict]:
     return [{"which": s.which, "until": iso(s.until)} for s in signing_secrets(sub, now)]
-
-
-def grace_from(payload) -> int:
-    check_fields(payload, {"grace_seconds"})
-    grace = payload.get("grace_seconds", DEFAULT_GRACE_SECONDS)
-    if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= MAX_GRACE_SECONDS:
-        raise ApiError(400, f"grace_seconds must be a whole number from 0 to {MAX_GRACE_SECONDS} (7 days)")
-    return grace
 
 
 def rotate(sub: Subscription, grace_seconds: int = DEFAULT_GRACE_SECONDS) -> str:

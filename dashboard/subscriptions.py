@@ -2,127 +2,37 @@
 
 from __future__ import annotations
 
-import math
-
 from flask import current_app
+from promesa_receiver import signing
 from sqlalchemy import or_, select, update
+from sqlalchemy.orm import selectinload
 
-from . import audit, crypto, rotation, signing
+from . import audit, crypto, rotation
 from .clock import iso
-from .delivery.policies import POLICY_NAMES
 from .delivery.targets import url_problem
 from .extensions import db
 from .ids import new_ids
 from .ingest import enqueue, ingest_many
 from .queue import work_item
-from .validation import ApiError, check_fields
-from .models import Delivery, DeliveryState, Subscription, SubscriptionState, Team
-
-SCHEMES = ("promesa", "standard-webhooks")
-# What an owner may change after creation (the signature scheme is fixed: receivers verify by it).
-EDITABLE = {"url", "event_types", "event_versions", "retry_policy", "description", "connect_timeout",
-            "attempt_timeout", "max_age_seconds", "rate_limit_per_s", "max_in_flight"}
-FIELDS = EDITABLE | {"signature_scheme"}
-MAX_RATE_LIMIT_PER_S = 10_000
-MAX_IN_FLIGHT = 64
+from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
+from .schemas import EventInput, SubscriptionEdit, SubscriptionInput
+from .validation import ApiError
 
 
-def _number(payload, name, low, high, default):
-    value = payload.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not low <= value <= high:
-        raise ApiError(400, f"{name} must be a number from {low} to {high}")
-    return value
-
-
-# Each field: its default at creation, and how it is checked (payload -> stored value).
-def _url(payload):
-    url = payload["url"]
-    problem = url_problem(url, current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
+def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
+    """Validated by the model, checked for a deliverable URL, stored once: nothing half-way.
+    Returns the subscription and its secret."""
+    problem = url_problem(body.url, current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
     if problem:
         raise ApiError(422, problem)
-    return url
-
-
-def _event_types(payload):
-    event_types = payload["event_types"]
-    if not isinstance(event_types, list) or not event_types or not all(
-            isinstance(p, str) and 0 < len(p) <= 200 for p in event_types):
-        raise ApiError(400, "event_types must be a non-empty list of type names or patterns like 'file.*'")
-    return event_types
-
-
-def _event_versions(payload):
-    event_versions = payload["event_versions"]
-    if not isinstance(event_versions, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
-            for k, v in event_versions.items()):
-        raise ApiError(400, 'event_versions must map event types to whole versions, like {"file.updated": 2}')
-    return event_versions
-
-
-def _one_of(name, allowed):
-    def check(payload):
-        if payload[name] not in allowed:
-            raise ApiError(400, f"{name} must be one of: {', '.join(allowed)}")
-        return payload[name]
-    return check
-
-
-def _description(payload):
-    description = payload["description"]
-    if not isinstance(description, str) or len(description) > 500:
-        raise ApiError(400, "description must be a string of at most 500 characters")
-    return description
-
-
-def _rate_limit(payload):
-    value = payload["rate_limit_per_s"]
-    return None if value is None else float(_number(payload, "rate_limit_per_s", 0.01, MAX_RATE_LIMIT_PER_S, None))
-
-
-def _max_in_flight(payload):
-    value = payload["max_in_flight"]
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                              or not 1 <= value <= MAX_IN_FLIGHT):
-        raise ApiError(400, f"max_in_flight must be a whole number from 1 to {MAX_IN_FLIGHT}, or null")
-    return value
-
-
-_CHECKS = {
-    "url": (None, _url),
-    "event_types": (["*"], _event_types),
-    "event_versions": ({}, _event_versions),
-    "retry_policy": ("exponential", _one_of("retry_policy", POLICY_NAMES)),
-    "signature_scheme": ("promesa", _one_of("signature_scheme", SCHEMES)),
-    "description": ("", _description),
-    "connect_timeout": (5, lambda p: _number(p, "connect_timeout", 0.1, 5, None)),
-    "attempt_timeout": (10, lambda p: _number(p, "attempt_timeout", 0.1, 10, None)),
-    "max_age_seconds": (86400, lambda p: int(_number(p, "max_age_seconds", 60, 7 * 86400, None))),
-    "rate_limit_per_s": (None, _rate_limit),
-    "max_in_flight": (None, _max_in_flight),
-}
-
-
-def validated(payload, allowed: set[str], required: set[str] = frozenset(), defaults: bool = True) -> dict:
-    """The checked values of a create (every field, defaults filled in) or an edit (only the fields
-    given): one set of rules for both. Raises ApiError before anything is stored."""
-    check_fields(payload, allowed, required)
-    out = {}
-    for name, (default, check) in _CHECKS.items():
-        if name in payload:
-            out[name] = check(payload)
-        elif defaults:
-            out[name] = default
-    return out
-
-
-def create(team: Team, payload) -> tuple[Subscription, str]:
-    """Validate everything first, store once: nothing half-way. Returns the subscription and its secret."""
-    values = validated(payload, FIELDS, {"url"})
     secret = signing.new_secret()
-    sub = Subscription(team_id=team.id, secret_ciphertext=crypto.encrypt(secret), state=SubscriptionState.ACTIVE,
-                       **values)
+    sub = Subscription(team_id=team.id, url=body.url, event_types=list(body.event_types),
+                       event_versions=dict(body.event_versions), retry_policy=body.retry_policy,
+                       signature_scheme=body.signature_scheme, description=body.description,
+                       connect_timeout=body.connect_timeout, attempt_timeout=body.attempt_timeout,
+                       max_age_seconds=body.max_age_seconds, rate_limit_per_s=body.rate_limit_per_s,
+                       max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
+                       state=SubscriptionState.ACTIVE)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub, detail={"url": sub.url})
@@ -136,13 +46,18 @@ def not_deleted(sub: Subscription) -> Subscription:
     return sub
 
 
-def edit(sub: Subscription, payload) -> dict:
-    """Change what the owner may change; the audit log keeps before and after of each changed field
-    (secrets are not fields here: they change by rotation only). Returns {field: (before, after)}."""
+def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
+    """Change what the owner may change (the fields given); the audit log keeps before and after of each
+    changed field (secrets are not fields here: they change by rotation only). Returns {field: (before, after)}."""
     not_deleted(sub)
-    if isinstance(payload, dict) and "signature_scheme" in payload:
-        raise ApiError(400, "signature_scheme cannot be changed: receivers verify by it; create a new subscription")
-    values = validated(payload, EDITABLE, defaults=False)
+    values = {name: getattr(body, name) for name in body.model_fields_set}
+    if "url" in values and values["url"] != sub.url:  # checked as at creation
+        problem = url_problem(values["url"], current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
+        if problem:
+            raise ApiError(422, problem)
+    for name in ("event_types", "event_versions"):
+        if name in values:
+            values[name] = (list if name == "event_types" else dict)(values[name])
     changed = {name: (getattr(sub, name), value) for name, value in values.items() if getattr(sub, name) != value}
     if changed:
         for name, (_, value) in changed.items():
@@ -184,17 +99,22 @@ def cancel_waiting(subscription_ids: list[str], now) -> int:
 def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
     """Deliveries keep accumulating (held); nothing is dropped. Returns how many waiting ones were held."""
     not_deleted(sub)
-    now = current_app.config["CLOCK"].now()
     sub.state = SubscriptionState.PAUSED
     sub.state_reason = reason
-    # Waiting deliveries show as held at once; one already in flight finishes, and is held if it fails.
-    held = db.session.execute(
-        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
-                               or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
-        .values(state=DeliveryState.HELD, updated_at=now)).rowcount
+    held = hold_waiting(sub)
     audit.record("subscription.paused", subscription=sub, deliveries=held, detail={"reason": reason})
     db.session.commit()
     return held
+
+
+def hold_waiting(sub: Subscription) -> int:
+    """Waiting deliveries show as held at once (pause, disable); one already in flight finishes, and
+    is held if it fails. Returns how many were held; the caller commits."""
+    now = current_app.config["CLOCK"].now()
+    return db.session.execute(
+        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
+                               or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
+        .values(state=DeliveryState.HELD, updated_at=now)).rowcount
 
 
 def resume(sub: Subscription) -> int:
@@ -225,10 +145,11 @@ def send_test_event(sub: Subscription) -> tuple[str, str]:
     event_id = new_ids("evt", 1)[0]
     # Recorded first: ingest's commit writes it with the event, and a refused event leaves no entry.
     audit.record("subscription.test_sent", subscription=sub, detail={"event_id": event_id})
-    ingest_many(sub.team, [{"id": event_id, "type": TEST_EVENT_TYPE,
-                            "data": {"subscription_id": sub.id, "test": True}}],
+    ingest_many(sub.team, [EventInput(id=event_id, type=TEST_EVENT_TYPE,
+                                      data={"subscription_id": sub.id, "test": True})],
                 numbered=False, only=(sub.id, True))
-    return event_id, db.session.scalar(select(Delivery.id).where(Delivery.event_id == event_id))
+    return event_id, db.session.scalar(select(Delivery.id).join(Event, Event.key == Delivery.event_key)
+                                       .where(Event.team_id == sub.team_id, Event.id == event_id))
 
 
 # Named deliveries may be re-sent whether they died or succeeded (a receiver that lost its data);
@@ -261,7 +182,10 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
 def deliveries_page(sub: Subscription, state: str | None, before: str | None,
                     limit: int) -> tuple[list[Delivery], str | None]:
     """Newest first, optionally in one state; `before` is the previous page's next_before (ids are time-ordered)."""
-    query = select(Delivery).where(Delivery.subscription_id == sub.id)
+    # Each delivery shows its event's id (API) and type (dashboard): loaded with the page in one more
+    # query, not one per row, and without the bodies.
+    query = select(Delivery).where(Delivery.subscription_id == sub.id) \
+        .options(selectinload(Delivery.event).load_only(Event.id, Event.type))
     if state:
         query = query.where(Delivery.state == state)
     if before:

@@ -14,10 +14,11 @@ import time
 
 from sqlalchemy import or_, select
 
-from . import rotation
+from . import incidents, rotation
 from .clock import unix
 from .extensions import db
 from .models import Delivery, DeliveryState, Subscription
+from .outages import REDIS_AWAY, redis_outage
 from .queue import WorkQueue, work_item
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,9 @@ def sweep_once(app, clock=None) -> int:
     clock = clock or app.config["CLOCK"]
     work = WorkQueue.for_app(app)
     now = clock.now()
+    # The rules, automatic disable, notifications: once a pass, first, so a Redis outage (which stops
+    # what follows) cannot hide the backlog it causes. Each of its steps logs its own failure.
+    incidents.evaluate(app, now)
     work.promote_due(unix(now))
     queued = work.queued_ids()
     found, last_id = 0, ""
@@ -55,6 +59,7 @@ def sweep_once(app, clock=None) -> int:
         db.session.remove()
     if found:
         log.warning("sweeper re-enqueued %d due deliveries that had no live job", found)
+    work.kick()  # ready work left without a drain job (one that died with Redis away) gets one
     return found
 
 
@@ -72,14 +77,25 @@ def cancel_for_deleted(now) -> int:
 
 
 def promote_forever(app, stop: threading.Event, tick: float = 0.2) -> None:
-    """Move scheduled retries to the ready list as they come due (runs beside every worker)."""
+    """Move scheduled retries to the ready list as they come due (runs beside every worker).
+    Through a Redis outage it waits with backoff, saying so once when Redis goes and once when it is back."""
     work = WorkQueue.for_app(app)
     clock = app.config["CLOCK"]
-    while not stop.wait(tick):
+    wait, failing = tick, False
+    while not stop.wait(wait):
         try:
             work.promote_due(unix(clock.now()))
-        except Exception:  # noqa: BLE001 - keep promoting through a Redis blip; it is logged
+        except REDIS_AWAY as error:
+            wait, failing = redis_outage.failed(error, "promoter"), True
+            continue
+        except Exception:  # noqa: BLE001 - a bug: log it, keep promoting
             log.exception("promoting due retries failed; trying again")
+            wait = 5.0
+            continue
+        if failing:
+            redis_outage.succeeded("promoter")
+            work.kick()  # what waited in the ready list through the outage needs a drain
+        wait, failing = tick, False
 
 
 def sweep_forever(app, interval: float, stop: threading.Event | None = None) -> None:
@@ -90,6 +106,10 @@ def sweep_forever(app, interval: float, stop: threading.Event | None = None) -> 
         started = time.monotonic()
         try:
             sweep_once(app)
+        except REDIS_AWAY as error:
+            # The promoter logs the outage; try again soon, not a whole interval later.
+            stop.wait(redis_outage.failed(error, "sweeper"))
+            continue
         except Exception:  # noqa: BLE001 - the next pass tries again; a dead sweeper loses retries
             log.exception("sweep failed; next pass in %.0f s", interval)
         stop.wait(max(0.0, interval - (time.monotonic() - started)))

@@ -1,10 +1,25 @@
-"""Client errors shared by the API and the services behind it: say what is wrong, store nothing."""
+"""Client errors shared by the API and the services behind it: say what is wrong, store nothing.
+
+Request bodies are pydantic models (see `dashboard.schemas`), built from the constrained
+types below; the same models write the OpenAPI document, so what is documented is what is
+checked. `parse_json(Model, raw)` validates a body and turns pydantic's errors into one
+`ApiError` that names the field and says why, in the words of the field's `Must(...)`.
+"""
 
 from __future__ import annotations
 
-import re
+import functools
+import json
+from typing import Annotated, Any
 
-TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}$"  # a producer's event id, and every id in a path
+# Text PostgreSQL can store: it refuses NUL. (An unpaired surrogate never gets this far: the JSON parser refuses it.)
+NO_NUL = r"^[^\x00]*$"
+MAX_VERSION = 10_000
+MAX_DATA_DEPTH = 32  # thin events carry ids and versions: 32 levels is far more than one needs
 
 
 class ApiError(Exception):
@@ -16,15 +31,142 @@ class ApiError(Exception):
         self.message = message
 
 
-def check_fields(payload, allowed: set[str], required: set[str] = frozenset()) -> dict:
-    if not isinstance(payload, dict):
-        raise ApiError(400, "the body must be a JSON object")
-    if payload.keys() <= allowed and payload.keys() >= required:  # the usual case, without building sets
-        return payload
-    unknown = sorted(set(payload) - allowed)
-    if unknown:
-        raise ApiError(400, f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    missing = sorted(required - set(payload))
-    if missing:
-        raise ApiError(400, f"missing required field(s): {', '.join(missing)}")
-    return payload
+class Must:
+    """What a field must be, in words: the error message when it is not (`<field> must be <what>`)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str):
+        self.what = what
+
+
+class Body(BaseModel):
+    """A request body: strict types (no "5" for 5, no 1 for true), no unknown fields, no NaN."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+def _whole_float_as_int(value):
+    # JSON Schema counts 5.0 as an integer, so a document generated from these models promises it.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+WholeNumber = BeforeValidator(_whole_float_as_int)
+
+
+def keys_matching(schema: dict) -> None:
+    """For a dict whose keys have a pattern: pydantic writes patternProperties, which lets any other
+    key through; the document must say what is checked, that every key matches (propertyNames)."""
+    [(pattern, values)] = schema.pop("patternProperties").items()
+    schema["propertyNames"] = {"pattern": pattern}
+    schema["additionalProperties"] = values
+
+
+# The constrained types every body is made of.
+TypeName = Annotated[str, Field(pattern=TYPE_PATTERN, examples=["file.updated"]),
+                     Must("a string of letters, digits, '.', '_' or '-' (at most 200), like 'file.updated'")]
+TypePattern = Annotated[str, Field(pattern=r"^[A-Za-z0-9*][A-Za-z0-9_.\-*]{0,199}$", examples=["file.*"])]
+Version = Annotated[int, Field(ge=1, le=MAX_VERSION), WholeNumber, Must(f"a whole number from 1 to {MAX_VERSION}")]
+
+
+def text(max_length: int, **field) -> Any:
+    """A free-text string of at most `max_length` characters, without NUL."""
+    return Annotated[str, Field(max_length=max_length, pattern=NO_NUL, **field),
+                     Must(f"a string of at most {max_length} characters, without NUL characters")]
+
+
+def parse_json(model: type[BaseModel], raw: bytes | str) -> BaseModel:
+    """The body as `model`, or an ApiError(400) that names the first thing wrong."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ApiError(400, explain(model, exc)) from None
+
+
+def explain(model: type[BaseModel], exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False, include_input=False)
+    # An unknown field first: a misspelt field is also a missing one, and the misspelling is the news.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    if first["type"] == "json_invalid":
+        if "recursion limit" in first["msg"]:
+            return "the body is nested too deeply to read"
+        return f"the body is not valid JSON ({first['msg'].removeprefix('Invalid JSON: ')})"
+    where, owner, field, name = _locate(model, first["loc"])
+    if field is None and first["type"] in ("model_type", "model_attributes_type"):
+        return f"{where or 'the body'} must be a JSON object"
+    if first["type"] in ("extra_forbidden", "missing"):
+        # Unknown and missing fields are named all at once, as a producer fixes them all at once.
+        names = ", ".join(str(e["loc"][-1]) for e in errors
+                          if e["type"] == first["type"] and e["loc"][:-1] == first["loc"][:-1])
+        if first["type"] == "extra_forbidden":
+            message = f"unknown field(s): {names}; allowed: {', '.join(sorted(_fields_by_json_name(owner)))}"
+        else:
+            message = f"missing required field(s): {names}"
+    else:
+        must = next((m.what for m in (field.metadata if field else ()) if isinstance(m, Must)), None)
+        message = f"{name} must be {must}" if must else f"{name or 'the body'}: {first['msg']}"
+    return f"{where}: {message}" if where else message
+
+
+def _locate(model: type[BaseModel], loc: tuple) -> tuple[str, type[BaseModel] | None, Any, str | None]:
+    """Where an error is: the path to the model holding the field ('events[1]'), that model, and the
+    field's FieldInfo and name (None when the error is about the model as a whole)."""
+    owner, field, name, where = model, None, None, ""
+    for index, part in enumerate(loc):
+        if field is not None:  # inside a field's value (a list item, a mapping's key): the field is to blame
+            break
+        if isinstance(part, int):
+            where += f"[{part}]"
+        elif (found := _fields_by_json_name(owner).get(part)) is not None:
+            inner = _model_in(found.annotation)
+            if inner is None or index == len(loc) - 1:  # a plain field, or the list of models itself
+                field, name = found, part
+            else:
+                owner, where = inner, f"{where}.{part}" if where else part
+        else:
+            name = str(part)
+            break
+    return where, owner, field, name
+
+
+@functools.lru_cache(maxsize=None)
+def _fields_by_json_name(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's fields by the name they have in JSON (the alias, where there is one)."""
+    return {info.alias or name: info for name, info in model.model_fields.items()}
+
+
+def _model_in(annotation) -> type[BaseModel] | None:
+    """The model a field holds directly or as a list of them."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def nul_in_path_or_query(request) -> bool:
+    """NUL is no character of an id or a page cursor, and PostgreSQL cannot even compare text with it."""
+    return "\x00" in request.path or any("\x00" in key or "\x00" in value
+                                         for key, value in request.args.items(multi=True))
+
+
+def compact_json(value, what: str) -> str:
+    """`value` as compact JSON text, refusing NaN and Infinity (which no JSON parser reads back)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        raise ApiError(400, f"{what} must not contain NaN or Infinity (JSON has no such numbers)") from None
+
+
+def nesting_depth(value) -> int:
+    """How deeply lists and objects nest in `value` (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest

@@ -10,6 +10,11 @@ import gc
 import sys
 
 
+# gunicorn would take X-Forwarded-Proto from a peer on 127.0.0.1 as https; the app decides instead
+# (PROMESA_TRUSTED_PROXIES, see dashboard.websecurity), so a local process cannot claim https.
+forwarded_allow_ips = ""
+
+
 def post_worker_init(worker) -> None:
     # The app and everything it imported live as long as the worker: keep them out of the cyclic
     # garbage collector's scans (in a delivering worker those scans took 13% of the CPU).
@@ -19,7 +24,10 @@ def post_worker_init(worker) -> None:
 def command(bind: str, workers: int, access_log: bool = True) -> list[str]:
     """The gunicorn command line for the dashboard and API."""
     argv = [sys.executable, "-m", "gunicorn", "--config", "python:dashboard.webserver", "--workers", str(workers),
-            "--threads", "4", "--bind", bind, "--keep-alive", "30"]
+            "--threads", "4", "--bind", bind, "--keep-alive", "30",
+            # gunicorn's control socket defaults to one path in the home folder, shared by every server
+            # of that user; Promesa does not use it, so none is opened.
+            "--no-control-socket"]
     if access_log:
         argv += ["--access-logfile", "-"]
     return argv + ["dashboard:create_app()"]

@@ -113,7 +113,9 @@ def _migrate(url: str) -> None:
 def _empty_tables(url: str) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams, audit_entries "
+        conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams, audit_entries, "
+                             "outcome_counts, incidents, incident_rules, subscription_health, sweep_marks, metric_counters, "
+                             "notification_sinks "
                              "RESTART IDENTITY CASCADE"))
     engine.dispose()
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from dashboard import notifications
 from dashboard.extensions import db
-from dashboard.models import Delivery
+from dashboard.models import Delivery, Event, Incident
 
 from .conftest import Auth, _csrf_from
 
@@ -35,6 +36,8 @@ EDIT = {**OPERATE, "operator": "403"}
 ADMIN_ONLY = {"anonymous": "login", "member": "403", "owner": "403", "outsider": "403", "oncall": "403",
               "operator": "403", "admin": "ok"}
 PUBLIC = {role: "ok" for role in ROLES}
+# Acknowledging an incident: on-call, operators, admins and the owning team.
+ACKNOWLEDGE = {**TEAM_PAGE}
 
 # (endpoint, method) -> expected per role. Path arguments are filled from the sample objects below.
 MATRIX = {
@@ -48,6 +51,17 @@ MATRIX = {
     ("pages.pause", "POST"): OPERATE,
     ("pages.resume", "POST"): OPERATE,
     ("pages.replay", "POST"): OPERATE,
+    ("pages.incidents", "GET"): ALL_IN,
+    ("pages.incident", "GET"): TEAM_PAGE,
+    ("pages.acknowledge_incident", "POST"): ACKNOWLEDGE,
+    ("pages.replay_incident", "POST"): OPERATE,
+    ("pages.pause_from_incident", "POST"): OPERATE,
+    ("pages.save_incident_rule", "POST"): EDIT,
+    ("pages.sinks", "GET"): ADMIN_ONLY,
+    ("pages.add_sink", "POST"): ADMIN_ONLY,
+    ("pages.remove_sink", "POST"): ADMIN_ONLY,
+    # Loopback clients (the test client) without PROMESA_METRICS_TOKEN: tests/test_metrics.py checks the rest.
+    ("metrics.metrics", "GET"): PUBLIC,
     # Owner tools (dashboard/pages/owner_tools.py).
     ("pages.edit_subscription", "GET"): EDIT,
     ("pages.edit_subscription", "POST"): EDIT,
@@ -78,8 +92,15 @@ def samples(producer, receiver, users, clock):
     """One of each object a route can name, all belonging to team acme."""
     sub = producer.subscribe(receiver.url + "/status/200")
     event = producer.publish()
-    delivery = db.session.scalar(select(Delivery).where(Delivery.event_id == event["id"]))
-    return {"subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"]}
+    delivery = db.session.scalar(select(Delivery).join(Delivery.event).where(Event.id == event["id"]))
+    now = clock.now()
+    incident = Incident(subscription_id=sub["id"], team_id=producer.team.id, rule="dead_letters", state="open",
+                        opened_at=now, first_seen_at=now, last_seen_at=now, figures={"dead": 5})
+    db.session.add(incident)
+    db.session.commit()
+    sink, _ = notifications.add_sink("json", receiver.url + "/ok")
+    return {"subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"],
+            "incident_id": incident.id, "rule": "dead_letters", "sink_id": sink.id}
 
 
 def _outcome(resp) -> str:
@@ -112,3 +133,16 @@ def test_each_role_gets_what_the_matrix_says(app, samples, role):
         if got != expected:
             wrong.append(f"{method} {path}: expected {expected}, got {got} ({resp.status_code})")
     assert not wrong, f"{role}: " + "; ".join(wrong)
+
+
+
+@pytest.mark.parametrize("role, sees", [("admin", True), ("operator", False), ("oncall", False)])
+def test_only_admins_see_the_notification_sinks_subscriptions(app, client, auth, users, receiver, role, sees):
+    """A sink's URL is a credential (a Slack webhook): operators and on-call do not see its subscription."""
+    from dashboard import notifications
+
+    sink, _ = notifications.add_sink("slack", receiver.url + "/hooks/secret-path")
+    db.session.commit()
+    auth.login(role)
+    assert (client.get(f"/subscriptions/{sink.subscription_id}").status_code == 200) is sees
+    assert ("secret-path" in client.get("/").get_data(as_text=True)) is sees

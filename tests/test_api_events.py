@@ -59,14 +59,42 @@ def test_a_repeated_event_id_returns_the_first_event(producer, receiver):
     assert counts() == (1, 1)
 
 
-def test_another_teams_event_id_is_a_conflict(producer, client, receiver):
+def test_event_ids_are_unique_per_team_not_across_teams(producer, client, receiver, app, clock):
+    """Another team's use of an id is none of this team's business: no 409, no hint that it exists,
+    and each receiver gets the id its producer chose."""
+    from .conftest import Producer
+    from .support.pipeline import deliver_due
+
+    producer.subscribe(receiver.url + "/ok/acme")
+    mine = producer.post("/api/v1/events", {"type": "a.b", "id": "shared-id", "data": {"team": "acme"}})
+    other = Producer(client, team_name="other")
+    other.subscribe(receiver.url + "/ok/other")
+    theirs = other.post("/api/v1/events", {"type": "a.b", "id": "shared-id", "data": {"team": "other"}})
+    assert mine.status_code == theirs.status_code == 202
+    assert mine.get_json() == theirs.get_json() == {"id": "shared-id", "deliveries": 1, "duplicate": False}
+    again = other.post("/api/v1/events", {"type": "a.b", "id": "shared-id"}).get_json()
+    assert again == {"id": "shared-id", "deliveries": 1, "duplicate": True}
+    assert counts() == (2, 2)
+    assert producer.get("/api/v1/events/shared-id").get_json()["data"] == {"team": "acme"}
+    assert other.get("/api/v1/events/shared-id").get_json()["data"] == {"team": "other"}
+    deliver_due(app, clock)
+    received = {r.path: (json.loads(r.body), r.headers["X-Event-Id"]) for r in receiver.requests}
+    assert received["/ok/acme"] == ({"id": "shared-id", "type": "a.b", "version": 1, "data": {"team": "acme"},
+                                     "timestamp": received["/ok/acme"][0]["timestamp"]}, "shared-id")
+    assert received["/ok/other"][0]["data"] == {"team": "other"} and received["/ok/other"][1] == "shared-id"
+    page = other.get(f"/api/v1/subscriptions/{other.get('/api/v1/subscriptions').get_json()['data'][0]['id']}"
+                     "/deliveries").get_json()
+    assert [d["event_id"] for d in page["data"]] == ["shared-id"]
+
+
+def test_a_batch_repeating_another_teams_ids_is_stored_whole(producer, client):
     from .conftest import Producer
 
-    producer.post("/api/v1/events", {"type": "a.b", "id": "shared-id"})
+    producer.post("/api/v1/events/batch", {"events": [{"type": "a.b", "id": "one"}, {"type": "a.b", "id": "two"}]})
     other = Producer(client, team_name="other")
-    resp = other.post("/api/v1/events", {"type": "a.b", "id": "shared-id"})
-    assert resp.status_code == 409 and "already used" in resp.get_json()["error"]
-    assert counts() == (1, 0)
+    resp = other.post("/api/v1/events/batch", {"events": [{"type": "a.b", "id": "two"}, {"type": "a.b", "id": "one"}]})
+    assert resp.status_code == 202 and [a["duplicate"] for a in resp.get_json()["data"]] == [False, False]
+    assert counts()[0] == 4
 
 
 def test_another_team_cannot_read_an_event(producer, client):

@@ -33,10 +33,10 @@ def test_it_creates_a_subscription_and_shows_the_secret_once(producer, receiver)
 
 @pytest.mark.parametrize("payload, status, words", [
     ({}, 400, "missing required field(s): url"),
-    ({"url": "ftp://example.com/x"}, 422, "http:// or https://"),
-    ({"url": "not a url"}, 422, "http:// or https://"),
+    ({"url": "ftp://example.com/x"}, 400, "url must be an http:// or https:// URL"),
+    ({"url": "not a url"}, 400, "url must be an http:// or https:// URL"),
     ({"url": "https://user:pw@example.com/"}, 422, "credentials"),
-    ({"url": 5}, 422, "non-empty string"),
+    ({"url": 5}, 400, "url must be an http:// or https:// URL"),
     ({"url": "https://example.com/", "event_types": "file.*"}, 400, "event_types must be a non-empty list"),
     ({"url": "https://example.com/", "event_types": []}, 400, "event_types must be a non-empty list"),
     ({"url": "https://example.com/", "retry_policy": "forever"}, 400, "retry_policy must be one of"),

@@ -30,8 +30,19 @@ def browser_page():
                                      args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         page = browser.new_page()
         page.set_default_timeout(15_000)
+        # Every Content-Security-Policy violation, as the page sees it and as the console reports it.
+        page.add_init_script("window.cspViolations = [];"
+                             "document.addEventListener('securitypolicyviolation',"
+                             " e => window.cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));")
+        page.console_errors = []
+        page.on("console", lambda msg: msg.type == "error" and page.console_errors.append(msg.text))
         yield page
         browser.close()
+
+
+def assert_no_csp_violations(page):
+    assert page.evaluate("window.cspViolations") == []
+    assert [m for m in page.console_errors if "Content Security Policy" in m] == []
 
 
 @pytest.fixture
@@ -86,6 +97,28 @@ def test_an_operator_replays_and_pauses_from_the_browser(app, producer, receiver
     assert receiver.count() == 6  # the replayed deliveries wait, held, while the subscription is paused
     assert page.goto(live_url + f"/subscriptions/{sub['id']}?state=held").ok
     assert page.locator("td .state", has_text="held").count() == 2
+    assert_no_csp_violations(page)
+
+
+def test_the_overview_polls_under_the_content_security_policy(app, producer, receiver, users, live_url,
+                                                              browser_page):
+    page = browser_page
+    page.clock.install()  # the page's timers run on a clock the test moves: no waiting for the 5 s poll
+    page.goto(live_url + "/login")
+    page.fill("input[name=email]", "operator@example.com")
+    page.fill("input[name=password]", "pw-operator")
+    page.click("button[type=submit]")
+    assert "No subscriptions yet" in page.locator("#subscriptions").inner_text()
+    assert page.evaluate("htmx.config.includeIndicatorStyles") is False
+
+    producer.subscribe(receiver.url + "/hook", description="appeared while watching")
+    with page.expect_response(lambda r: r.request.headers.get("hx-request") == "true") as polled:
+        page.clock.run_for(6_000)
+    assert polled.value.ok
+    page.clock.run_for(1_000)  # htmx settles the swap on a timer
+    assert "appeared while watching" in page.locator("#subscriptions").inner_text()
+    assert page.locator("style").count() == 0  # htmx injected no inline style
+    assert_no_csp_violations(page)
 
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "test-output" / "screenshots"

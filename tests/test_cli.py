@@ -33,3 +33,39 @@ def test_users_create_with_a_generated_password(runner, client):
     assert user.role == "operator" and user.check_password(password)
     again = runner.invoke(cli, ["users", "create", "--email", "ops@example.com"])
     assert again.exit_code != 0 and "already exists" in again.output
+
+
+def test_tokens_list_shows_prefix_team_and_dates_never_the_token(runner, clock):
+    first = runner.invoke(cli, ["tokens", "create", "--team", "payments"]).output.strip().splitlines()[-1]
+    second = runner.invoke(cli, ["tokens", "create", "--team", "search"]).output.strip().splitlines()[-1]
+    result = runner.invoke(cli, ["tokens", "list"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].split() == ["prefix", "team", "created", "(UTC)", "revoked", "(UTC)"]
+    assert lines[1].split()[:2] == [first[:10], "payments"] and lines[1].endswith("-")
+    assert lines[2].split()[:2] == [second[:10], "search"]
+    assert first not in result.output and second not in result.output
+    only = runner.invoke(cli, ["tokens", "list", "--team", "search"]).output.strip().splitlines()
+    assert len(only) == 2 and only[1].startswith(second[:10])
+
+
+def test_tokens_revoke_by_prefix_refuses_the_token_at_once(runner, client, clock):
+    token = runner.invoke(cli, ["tokens", "create", "--team", "payments"]).output.strip().splitlines()[-1]
+
+    def publish():
+        return client.post("/api/v1/events", json={"type": "a.b"}, headers={"Authorization": f"Bearer {token}"})
+
+    assert publish().status_code == 202
+    result = runner.invoke(cli, ["tokens", "revoke", token[:10]])
+    assert result.exit_code == 0 and f"revoked token {token[:10]} of team payments" in result.output
+    assert publish().status_code == 401
+    listed = runner.invoke(cli, ["tokens", "list"]).output.strip().splitlines()[1]
+    assert listed.split()[-2:] == [f"{clock.now():%Y-%m-%d}", f"{clock.now():%H:%M:%S}"]
+    again = runner.invoke(cli, ["tokens", "revoke", token])  # the whole token names it too
+    assert again.exit_code == 0 and "already revoked" in again.output
+
+
+def test_tokens_revoke_an_unknown_prefix_fails_without_echoing_a_token(runner):
+    result = runner.invoke(cli, ["tokens", "revoke", "pk_doesnotexist-and-a-long-secret-tail"])
+    assert result.exit_code != 0 and "no token with the prefix 'pk_doesnot'" in result.output
+    assert "secret-tail" not in result.output

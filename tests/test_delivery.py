@@ -11,14 +11,14 @@ import pytest
 from sqlalchemy import select
 
 from dashboard.extensions import db
-from dashboard.models import Attempt, Delivery, Subscription
+from dashboard.models import Attempt, Delivery, Event, Subscription
 
 from .support.pipeline import deliver_due
 
 
 def delivery_of(event_id) -> Delivery:
     db.session.expire_all()
-    return db.session.scalar(select(Delivery).where(Delivery.event_id == event_id))
+    return db.session.scalar(select(Delivery).join(Delivery.event).where(Event.id == event_id))
 
 
 def attempts_of(delivery_id):
@@ -288,12 +288,13 @@ def test_the_claim_finds_its_rows_by_primary_key_when_statistics_are_stale(app, 
 
     from dashboard.delivery.engine import _CLAIM_AND_LOAD
     from dashboard.ingest import ingest_many
+    from dashboard.schemas import EventInput
 
     producer.subscribe(receiver.url + "/ok")
     db.session.execute(text("ANALYZE deliveries"))  # the statistics say: no delivery is due
     db.session.commit()
     for _ in range(10):
-        ingest_many(producer.team, [{"type": "file.updated", "data": {"n": n}} for n in range(500)])
+        ingest_many(producer.team, [EventInput(type="file.updated", data={"n": n}) for n in range(500)])
     ids = db.session.scalars(select(Delivery.id).limit(10)).all()  # few, so a full scan is worse too
     now = clock.now()
     claim = _CLAIM_AND_LOAD.compile(dialect=db.engine.dialect).construct_expanded_state(

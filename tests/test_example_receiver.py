@@ -33,7 +33,7 @@ from rq.registry import FailedJobRegistry
 from werkzeug.serving import make_server
 
 from dashboard.clock import unix
-from dashboard.signing import new_secret, promesa_header, standard_headers
+from promesa_receiver.signing import new_secret, promesa_header, standard_headers
 from examples.receiver import jobs as receiver_jobs
 from examples.receiver.app import create_app as create_receiver_app
 from examples.receiver.storage import files, inbox

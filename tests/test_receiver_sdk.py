@@ -1,4 +1,4 @@
-"""The receiver SDK (dashboard.receiver): signature verification for both schemes,
+"""The receiver SDK (promesa_receiver, its own distribution in sdk/): signature verification for both schemes,
 idempotency claims on SQLite, PostgreSQL and Redis, and the per-resource ordering rule.
 
 Real services only: PostgreSQL at 127.0.0.1:5432 (database ``test``, trust auth) and Redis
@@ -24,7 +24,7 @@ import pytest
 import sqlalchemy as sa
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from dashboard.receiver import (
+from promesa_receiver import (
     Action,
     InMemoryOrderingStore,
     InvalidEvent,
@@ -40,7 +40,7 @@ from dashboard.receiver import (
     verify,
     verify_standard,
 )
-from dashboard.signing import new_secret, promesa_header, promesa_v1, standard_headers, standard_signature
+from promesa_receiver.signing import new_secret, promesa_header, promesa_v1, standard_headers, standard_signature
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -225,7 +225,7 @@ def _std(secrets=(SECRET,), msg_id="msg_1", ts=NOW, body=BODY):
 def test_standard_known_vector():
     assert standard_signature(VECTOR_SECRET, VECTOR_ID, VECTOR_TS, VECTOR_BODY) == VECTOR_SIG
     headers = {"webhook-id": VECTOR_ID, "webhook-timestamp": str(VECTOR_TS), "webhook-signature": VECTOR_SIG}
-    assert verify_standard(VECTOR_BODY, headers, [VECTOR_SECRET], now=VECTOR_TS) == VECTOR_ID
+    assert verify_standard(VECTOR_BODY, headers, [VECTOR_SECRET], now=VECTOR_TS) == VECTOR_TS
     # and the reference implementation agrees on the vector
     wh = Webhook(VECTOR_SECRET)
     assert wh.sign(VECTOR_ID, dt.datetime.fromtimestamp(VECTOR_TS, dt.timezone.utc), VECTOR_BODY.decode()) == VECTOR_SIG
@@ -237,7 +237,7 @@ def test_standard_their_signature_our_verify(secret):
     ts = NOW + 17
     signature = Webhook(secret).sign("msg_theirs", dt.datetime.fromtimestamp(ts, dt.timezone.utc), body)
     headers = {"webhook-id": "msg_theirs", "webhook-timestamp": str(ts), "webhook-signature": signature}
-    assert verify_standard(body.encode(), headers, [secret], now=ts) == "msg_theirs"
+    assert verify_standard(body.encode(), headers, [secret], now=ts) == ts
     with pytest.raises(SignatureMismatch):
         verify_standard(body.encode(), headers, [OTHER_SECRET], now=ts)
 
@@ -247,7 +247,7 @@ def test_standard_our_signature_their_verify():
     ts = int(time.time())  # the reference library checks against the real clock
     headers = standard_headers([secret], "msg_ours", ts, BODY)
     assert Webhook(secret).verify(BODY, headers) == json.loads(BODY)
-    assert verify_standard(BODY, headers, [secret]) == "msg_ours"
+    assert verify_standard(BODY, headers, [secret]) == ts
     with pytest.raises(WebhookVerificationError):
         Webhook(secret).verify(BODY + b" ", headers)
     with pytest.raises(WebhookVerificationError):
@@ -260,20 +260,20 @@ def test_standard_our_rotation_header_their_verify():
     assert len(headers["webhook-signature"].split(" ")) == 2
     for secret in (SECRET, OLD_SECRET):
         Webhook(secret).verify(BODY, headers)
-        assert verify_standard(BODY, headers, [secret]) == "msg_rot"
+        assert verify_standard(BODY, headers, [secret]) == ts
 
 
 def test_standard_header_names_are_case_insensitive():
     headers = {k.title(): v for k, v in _std().items()}
     assert set(headers) == {"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature"}
-    assert verify_standard(BODY, headers, [SECRET], now=NOW) == "msg_1"
+    assert verify_standard(BODY, headers, [SECRET], now=NOW) == NOW
     upper = {k.upper(): v for k, v in _std().items()}
-    assert verify_standard(BODY, upper, [SECRET], now=NOW) == "msg_1"
+    assert verify_standard(BODY, upper, [SECRET], now=NOW) == NOW
 
 
 def test_standard_header_edge_cases():
     headers = {k.encode(): v.encode() for k, v in _std().items()}  # raw bytes, as some servers give them
-    assert verify_standard(BODY, headers, [SECRET], now=NOW) == "msg_1"
+    assert verify_standard(BODY, headers, [SECRET], now=NOW) == NOW
     conflicting = {**_std(), "Webhook-Id": "msg_other"}
     with pytest.raises(MalformedSignature, match="twice"):
         verify_standard(BODY, conflicting, [SECRET], now=NOW)
@@ -311,14 +311,14 @@ def test_standard_rejects_garbled_headers(field, value, says):
 def test_standard_ignores_other_versions_beside_v1():
     headers = _std()
     headers["webhook-signature"] = "v1a,c29tZXRoaW5n " + headers["webhook-signature"]
-    assert verify_standard(BODY, headers, [SECRET], now=NOW) == "msg_1"
+    assert verify_standard(BODY, headers, [SECRET], now=NOW) == NOW
 
 
 @pytest.mark.parametrize("offset, says", [(-301, "in the past"), (301, "in the future")])
 def test_standard_rejects_timestamps_outside_the_window(offset, says):
     with pytest.raises(TimestampOutsideTolerance, match=says):
         verify_standard(BODY, _std(ts=NOW + offset), [SECRET], tolerance=300, now=NOW)
-    assert verify_standard(BODY, _std(ts=NOW + offset), [SECRET], tolerance=301, now=NOW) == "msg_1"
+    assert verify_standard(BODY, _std(ts=NOW + offset), [SECRET], tolerance=301, now=NOW) == NOW + offset
 
 
 def test_standard_rejects_the_wrong_secret_and_a_tampered_body():
@@ -334,10 +334,10 @@ def test_standard_rejects_the_wrong_secret_and_a_tampered_body():
 
 def test_standard_rotation_two_v1_values_and_two_secrets():
     headers = _std(secrets=[SECRET, OLD_SECRET])
-    assert verify_standard(BODY, headers, [OLD_SECRET], now=NOW) == "msg_1"
-    assert verify_standard(BODY, headers, [SECRET], now=NOW) == "msg_1"
+    assert verify_standard(BODY, headers, [OLD_SECRET], now=NOW) == NOW
+    assert verify_standard(BODY, headers, [SECRET], now=NOW) == NOW
     for signed_with in (SECRET, OLD_SECRET):
-        assert verify_standard(BODY, _std(secrets=[signed_with]), [SECRET, OLD_SECRET], now=NOW) == "msg_1"
+        assert verify_standard(BODY, _std(secrets=[signed_with]), [SECRET, OLD_SECRET], now=NOW) == NOW
     with pytest.raises(SignatureMismatch):
         verify_standard(BODY, headers, [OTHER_SECRET], now=NOW)
 
@@ -708,18 +708,18 @@ def test_ordering_concurrent_versions_of_a_new_resource(ordering, store):
 
 
 # == import without the optional libraries =========================================================
-def test_import_needs_only_the_standard_library():
+def test_import_needs_only_the_standard_library(tmp_path):
     code = textwrap.dedent("""
         import sys
         for name in ("flask", "sqlalchemy", "redis"):
             sys.modules[name] = None          # any import of them raises ImportError
-        import dashboard.receiver as receiver
-        from dashboard.signing import promesa_header, standard_headers
+        import promesa_receiver as receiver
+        from promesa_receiver.signing import promesa_header, standard_headers
 
         body = b'{"id":"evt_1"}'
         assert receiver.verify(body, promesa_header(["whsec_c2VjcmV0"], 1000, body), ["whsec_c2VjcmV0"], now=1000) == 1000
         headers = standard_headers(["whsec_c2VjcmV0"], "msg_1", 1000, body)
-        assert receiver.verify_standard(body, headers, ["whsec_c2VjcmV0"], now=1000) == "msg_1"
+        assert receiver.verify_standard(body, headers, ["whsec_c2VjcmV0"], now=1000) == 1000
         decision = receiver.ResourceOrdering().receive(
             {"id": "evt_1", "timestamp": "2026-11-29T18:00:00.123Z", "data": {"resource_id": "f_1"}})
         assert decision.should_apply
@@ -730,11 +730,34 @@ def test_import_needs_only_the_standard_library():
         else:
             raise AssertionError("SqlClaims built without SQLAlchemy")
         heavy = sorted(m for m, mod in sys.modules.items()
-                       if mod is not None and m.split(".")[0] in {"flask", "werkzeug", "sqlalchemy", "redis", "jinja2"})
+                       if mod is not None
+                       and m.split(".")[0] in {"dashboard", "flask", "werkzeug", "sqlalchemy", "redis", "jinja2"})
         assert not heavy, heavy
         print("ok")
     """)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    # Run outside the repository: what imports is the installed promesa-receiver distribution.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_the_sdk_distribution_requires_nothing_beyond_the_standard_library():
+    from importlib.metadata import requires
+
+    required = requires("promesa-receiver") or []
+    assert all("extra ==" in r for r in required), required  # SQLAlchemy only as the optional "sql" extra
+    assert any(r.startswith("sqlalchemy") and 'extra == "sql"' in r for r in required), required
+    assert any(r.startswith("promesa-receiver") for r in requires("promesa")), "the service depends on the SDK"
+
+
+def test_the_old_import_names_still_work():
+    import dashboard.receiver
+    import dashboard.signing
+    import promesa_receiver
+    import promesa_receiver.signing
+
+    assert dashboard.receiver.verify is promesa_receiver.verify
+    assert dashboard.receiver.SqlClaims is promesa_receiver.SqlClaims
+    assert dashboard.signing.sign_headers is promesa_receiver.signing.sign_headers

@@ -145,6 +145,6 @@ def test_receiver_text_is_escaped(app, client, auth, producer, users, clock):
 def test_the_overview_serves_its_table_alone_to_htmx(client, auth, sub):
     auth.login("operator")
     full = client.get("/").get_data(as_text=True)
-    assert "<html" in full and 'hx-trigger="every 5s' in full
+    assert "<html" in full and 'hx-trigger="poll" data-poll-seconds="5"' in full
     partial = client.get("/", headers={"HX-Request": "true"}).get_data(as_text=True)
     assert "<html" not in partial and sub["id"] in partial

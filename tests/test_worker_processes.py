@@ -69,14 +69,24 @@ class TestFlushedRedis:
         assert set(ids + more + [retried]) == set(received)
 
 
-def spawn_worker(app, extra_env=None) -> subprocess.Popen:
+# Runs the command after it, then prints the peak resident memory (KB) of that child, its only one.
+_PEAK_RSS = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
+
+
+def spawn_worker(app, extra_env=None, burst=False, capture=False, peak_rss=False) -> subprocess.Popen:
+    """A real `promesa worker` on the test's database and Redis (`capture`: its stderr, as text;
+    `peak_rss`: its peak resident memory in KB is the last line of stdout when it has exited)."""
     cfg = app.config
     env = dict(os.environ, DATABASE_URL=cfg["SQLALCHEMY_DATABASE_URI"], REDIS_URL=cfg["REDIS_URL"],
                PROMESA_INSTANCE_PATH=app.instance_path, PROMESA_REDIS_PREFIX=cfg["PROMESA_REDIS_PREFIX"],
                PROMESA_QUEUE=cfg["PROMESA_QUEUE"], PROMESA_ALLOW_PRIVATE_TARGETS="1",
                PROMESA_LEASE_SECONDS=str(cfg["PROMESA_LEASE_SECONDS"]), **(extra_env or {}))
-    return subprocess.Popen([sys.executable, "-m", "dashboard.cli", "worker"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = [sys.executable, "-m", "dashboard.cli", "worker", *(["--burst"] if burst else [])]
+    if peak_rss:
+        argv = [sys.executable, "-c", _PEAK_RSS, *argv]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE if peak_rss else subprocess.DEVNULL, text=True,
+                            stderr=subprocess.PIPE if capture else subprocess.DEVNULL)
 
 
 class TestKilledWorker:

@@ -1,10 +1,16 @@
 """Every API failure is JSON `{"error": ...}` that says what is wrong; never an HTML page."""
 
-from flask import jsonify
+from flask import jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from ..validation import ApiError
+from ..validation import ApiError, nul_in_path_or_query
 from . import bp
+
+
+@bp.before_request
+def refuse_nul():
+    if nul_in_path_or_query(request):
+        raise ApiError(400, "the path and the query must not contain NUL characters")
 
 
 @bp.errorhandler(ApiError)
@@ -14,8 +20,6 @@ def api_error(exc: ApiError):
 
 @bp.app_errorhandler(HTTPException)
 def http_error(exc: HTTPException):
-    from flask import request
-
     if not request.path.startswith("/api/"):
         return exc
     messages = {
@@ -23,4 +27,6 @@ def http_error(exc: HTTPException):
         405: f"method {request.method} is not allowed here",
         413: "the request body is larger than the limit",
     }
-    return jsonify(error=messages.get(exc.code, exc.description)), exc.code
+    # Keep what the exception says in headers (a 405's Allow), but answer JSON.
+    headers = [(k, v) for k, v in exc.get_headers() if k.lower() != "content-type"]
+    return jsonify(error=messages.get(exc.code, exc.description)), exc.code, headers

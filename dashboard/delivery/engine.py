@@ -11,6 +11,15 @@ statement on PostgreSQL, and like the attempts (written with COPY on PostgreSQL)
 thread while requests go on. A subscription with its share of requests in flight keeps a
 couple of seconds of work waiting here, and hands the rest back paced at the speed it answers,
 so a slow endpoint neither blocks the others nor gets claimed and handed back every second.
+
+Failure has two sizes here (see the README's Reliability section):
+- whatever goes wrong with one attempt (the receiver's answer, a header, a bug in reading it) is
+  that attempt's recorded error, and the drain goes on: http.post never raises, and the few steps
+  around it that could (signing, collecting, deciding) turn an exception into the attempt's error;
+- a failure of the drain itself (the database or Redis away, a bug in the loop) is logged loudly;
+  before it propagates, the drain gives back the leases of what it claimed but did not send, waits
+  for the requests already on the wire and records them (`_Run.abandon`), so nothing is sent again
+  for want of its attempt row, and nothing waits out a lease.
 """
 
 from __future__ import annotations
@@ -21,20 +30,22 @@ import functools
 import datetime as dt
 import logging
 import random
+import threading
 import time
 import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import aiohttp
-from sqlalchemy import ARRAY, String, and_, any_, bindparam, or_, select, update
+from sqlalchemy import ARRAY, String, and_, any_, bindparam, case, func, or_, select, update
 
-from .. import crypto
+from .. import crypto, outcomes
 from ..rotation import previous_signs
 from ..clock import from_unix, unix
 from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, SubscriptionState
+from ..outages import REDIS_AWAY, retry_on_lost_connection
 from . import http
-from .policies import decide, policy_for
+from .policies import Decision, Outcome, decide, policy_for
 from .ratelimit import RateLimiter, at_turn
 from .targets import PublicOnlyResolver
 from ..queue import split_item, work_item
@@ -64,6 +75,10 @@ POLL_SECONDS = 0.005
 LINGER_POLL_SECONDS = 0.5
 # A waiting delivery is started only while this much of its lease is left unused.
 LEASE_SAFETY = 0.5
+# Leases of what a drain holds (in flight, waiting, being recorded) are renewed this often, as a
+# fraction of the lease: a lease can be short (a killed worker's work comes free soon) and still
+# cover a delivery that waits behind a slow endpoint for longer than that.
+LEASE_RENEW_FRACTION = 1 / 3
 
 _ATTEMPT_COLUMNS = ("delivery_id", "number", "attempted_at", "duration_ms", "status_code", "error",
                     "response_excerpt")
@@ -107,16 +122,16 @@ _SENDING_COLUMNS = (E.c.id.label("event_id"), E.c.type, E.c.created_at, E.c.body
 _CLAIM = _claim(array=False).returning(D.c.id)
 _LOAD = (
     select(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at, *_SENDING_COLUMNS)
-    .select_from(D.join(E, D.c.event_id == E.c.id).join(S, D.c.subscription_id == S.c.id))
+    .select_from(D.join(E, D.c.event_key == E.c.key).join(S, D.c.subscription_id == S.c.id))
     .where(D.c.id.in_(bindparam("claimed", expanding=True)))  # by primary key: lease_token has no index
 )
 # PostgreSQL: claim and load in one round trip, the UPDATE in a CTE.
 _claimed_cte = _claim(array=True).returning(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at,
-                                            D.c.event_id, D.c.subscription_id).cte("claimed")
+                                            D.c.event_key, D.c.subscription_id).cte("claimed")
 _CLAIM_AND_LOAD = (
     select(_claimed_cte.c.id, _claimed_cte.c.attempt_count, _claimed_cte.c.retry_base,
            _claimed_cte.c.schedule_started_at, *_SENDING_COLUMNS)
-    .select_from(_claimed_cte.join(E, _claimed_cte.c.event_id == E.c.id)
+    .select_from(_claimed_cte.join(E, _claimed_cte.c.event_key == E.c.key)
                  .join(S, _claimed_cte.c.subscription_id == S.c.id))
 )
 
@@ -134,9 +149,14 @@ def _settle(array: bool):
 
 
 _SETTLE = {False: _settle(array=False), True: _settle(array=True)}  # by "is the database PostgreSQL"
+# A failed attempt's next try, unless the subscription was paused or disabled while it was in flight:
+# then the delivery is held (the subscription's state now, read in the same statement, not at claim time).
+_SUBSCRIPTION_ACTIVE = select(S.c.state).where(S.c.id == D.c.subscription_id).scalar_subquery() \
+    == SubscriptionState.ACTIVE
 _RESCHEDULE = (
     update(D).where(and_(D.c.id == bindparam("b_id"), D.c.lease_token == bindparam("b_token")))
-    .values(state=bindparam("state"), attempt_count=bindparam("attempt_count"),
+    .values(state=case((_SUBSCRIPTION_ACTIVE, bindparam("state")), else_=DeliveryState.HELD),
+            attempt_count=bindparam("attempt_count"),
             next_attempt_at=bindparam("next_attempt_at"),
             last_status_code=bindparam("last_status_code"), last_error=bindparam("last_error"),
             updated_at=bindparam("updated_at"), succeeded_at=None, dead_lettered_at=None,
@@ -209,6 +229,9 @@ class DeliveryEngine:
         self.limiter = RateLimiter(work.conn, cfg["PROMESA_REDIS_PREFIX"], cfg["PROMESA_RATE_LIMIT_LOOKAHEAD_SECONDS"])
         self.rate_limits: dict[str, float] = {}
         self.in_flight_caps: dict[str, int] = {}
+        # Set from another thread (a worker asked to stop): the drain ends as at the end of its budget,
+        # handing back what waits and recording what is in flight.
+        self.stopping = threading.Event()
 
     # -- database ------------------------------------------------------------------
     def claim(self, ids: list[str]) -> tuple[list[Claimed], str | None]:
@@ -219,14 +242,17 @@ class DeliveryEngine:
         token = str(uuid.uuid4())
         params = {"ids": ids, "now": now, "token": token,
                   "until": now + dt.timedelta(seconds=self.lease_seconds)}
-        with self.db_engine.begin() as conn:
-            if conn.dialect.name == "postgresql":
-                rows = conn.execute(_CLAIM_AND_LOAD, params).all()  # one round trip: UPDATE in a CTE
-            else:
+
+        def lease():
+            with self.db_engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    return conn.execute(_CLAIM_AND_LOAD, params).all()  # one round trip: UPDATE in a CTE
                 claimed = conn.execute(_CLAIM, params).scalars().all()
-                if not claimed:
-                    return [], None
-                rows = conn.execute(_LOAD, {"claimed": claimed}).all()
+                return conn.execute(_LOAD, {"claimed": claimed}).all() if claimed else []
+
+        # Safe to repeat: a claim that did commit before the connection died only leases rows to a
+        # token nobody holds, and they come free when that lease runs out.
+        rows = retry_on_lost_connection(lease, "claiming deliveries")
         if not rows:
             return [], None
         # Unpacked by position: a Row's attribute lookup cost more than the claim's SQL (0.5 us each, 16 per row).
@@ -239,24 +265,73 @@ class DeliveryEngine:
         """The subscription is paused or disabled: keep the delivery, do not attempt it."""
         if not items:
             return
-        with self.db_engine.begin() as conn:
-            conn.execute(update(D).where(D.c.id.in_([i.delivery_id for i in items]), D.c.lease_token == token)
-                         .values(state=DeliveryState.HELD, updated_at=self.clock.now(),
-                                 lease_token=None, lease_expires_at=None))
 
-    def record(self, finished: list[tuple[Claimed, str, dt.datetime, http.AttemptResult]], stats: DrainStats) -> None:
-        """Write the attempts and the next state of every delivery in one transaction, then schedule retries."""
+        def write():
+            with self.db_engine.begin() as conn:
+                conn.execute(update(D).where(D.c.id.in_([i.delivery_id for i in items]), D.c.lease_token == token)
+                             .values(state=DeliveryState.HELD, updated_at=self.clock.now(),
+                                     lease_token=None, lease_expires_at=None))
+
+        retry_on_lost_connection(write, "holding deliveries")
+
+    def release(self, unsent: list[tuple[Claimed, str]]) -> None:
+        """Give back claimed deliveries that were not sent, due at once, and put them back in Redis
+        (if Redis is away, the sweeper finds them: they are due and no longer leased)."""
+        if not unsent:
+            return
+        by_token: dict[str, list[str]] = {}
+        for item, token in unsent:
+            by_token.setdefault(token, []).append(item.delivery_id)
+
+        def write():
+            with self.db_engine.begin() as conn:
+                for token, ids in by_token.items():
+                    conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token == token)
+                                 .values(lease_token=None, lease_expires_at=None))
+
+        retry_on_lost_connection(write, "releasing unsent deliveries")
+        try:
+            self.work.push([work_item(item.subscription_id, item.delivery_id) for item, _ in unsent])
+        except REDIS_AWAY:
+            log.warning("Redis is away: %d released deliveries wait for the sweeper", len(unsent))
+
+    def renew(self, held: dict[str, list[str]]) -> None:
+        """Extend the leases of deliveries this drain still holds ({lease token: delivery ids}): one
+        statement by primary key, every lease_seconds * LEASE_RENEW_FRACTION, whatever the rate."""
+        ids = [delivery_id for batch in held.values() for delivery_id in batch]
+        until = self.clock.now() + dt.timedelta(seconds=self.lease_seconds)
+
+        def write():
+            with self.db_engine.begin() as conn:
+                conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token.in_(list(held)))
+                             .values(lease_expires_at=until))
+
+        retry_on_lost_connection(write, "renewing leases")
+
+    def record(self, finished: list[tuple[Claimed, str, dt.datetime, http.AttemptResult]], stats: DrainStats,
+               recheck: bool = False) -> None:
+        """Write the attempts and the next state of every delivery in one transaction, then schedule retries.
+        `recheck`: this batch may have been written already (a write that failed late): check first."""
         if not finished:
             return
         now = self.clock.now()
         attempts, updates, to_disable, to_schedule = [], [], {}, []
         settled: dict[tuple, list[str]] = {}  # finished for now (no next attempt): one UPDATE per kind
+        counts: dict[tuple[str, dt.datetime], list[int]] = {}  # per (subscription, minute), for charts and alerts
         for item, token, attempted_at, result in finished:
             outcome = result.outcome
             attempts.append((item.delivery_id, item.attempt_number, attempted_at, result.duration_ms,
                              outcome.status_code, outcome.error, result.response_excerpt))
-            policy = policy_for(item.retry_policy, item.max_age_seconds)
-            decision = decide(policy, outcome, item.attempts_in_schedule, item.schedule_started_at, now, self.rng)
+            try:
+                decision = decide(policy_for(item.retry_policy, item.max_age_seconds), outcome,
+                                  item.attempts_in_schedule, item.schedule_started_at, now, self.rng)
+            except Exception as exc:  # noqa: BLE001 - a bug in one decision is that attempt's error, not the batch's
+                outcome, decision = self._fallback_decision(item, exc, now)
+                attempts[-1] = attempts[-1][:5] + (outcome.error, attempts[-1][6])
+            count = counts.setdefault((item.subscription_id, outcomes.minute_of(attempted_at)), [0, 0, 0, 0])
+            count[0 if outcome.succeeded else 1] += 1
+            count[2] += decision.state == DeliveryState.DEAD
+            count[3] += result.duration_ms
             if decision.next_attempt_at is None:
                 key = (token, decision.state, item.attempt_number, outcome.status_code, outcome.error)
                 settled.setdefault(key, []).append(item.delivery_id)
@@ -272,21 +347,50 @@ class DeliveryEngine:
                 to_schedule.append((work_item(item.subscription_id, item.delivery_id), unix(decision.next_attempt_at)))
             stats.attempted += 1
             stats.states[decision.state] += 1
-        with self.db_engine.begin() as conn:
-            self._insert_attempts(conn, attempts)
-            for (token, state, attempt_count, status_code, error), ids in settled.items():
-                conn.execute(_SETTLE[conn.dialect.name == "postgresql"], {
-                    "ids": ids, "token": token, "state": state, "attempt_count": attempt_count,
-                    "status_code": status_code, "error": error, "now": now,
-                    "succeeded_at": now if state == DeliveryState.SUCCEEDED else None,
-                    "dead_lettered_at": now if state == DeliveryState.DEAD else None})
-            if updates:
-                conn.execute(_RESCHEDULE, updates)
-            for subscription_id, reason in to_disable.items():
-                conn.execute(update(S).where(S.c.id == subscription_id, S.c.state == SubscriptionState.ACTIVE)
-                             .values(state=SubscriptionState.DISABLED, state_reason=reason, updated_at=now))
-        # After the commit: a crash here only delays the retry until the sweeper finds it.
-        self.work.schedule(to_schedule)
+        tries = 0
+
+        def write():
+            nonlocal tries
+            tries += 1
+            with self.db_engine.begin() as conn:
+                if (recheck or tries > 1) and not self._still_leased(conn, finished):
+                    return  # the first try committed before its connection died: do not write it twice
+                self._insert_attempts(conn, attempts)
+                outcomes.add(conn, counts)
+                for (token, state, attempt_count, status_code, error), ids in settled.items():
+                    conn.execute(_SETTLE[conn.dialect.name == "postgresql"], {
+                        "ids": ids, "token": token, "state": state, "attempt_count": attempt_count,
+                        "status_code": status_code, "error": error, "now": now,
+                        "succeeded_at": now if state == DeliveryState.SUCCEEDED else None,
+                        "dead_lettered_at": now if state == DeliveryState.DEAD else None})
+                if updates:
+                    conn.execute(_RESCHEDULE, updates)
+                for subscription_id, reason in to_disable.items():
+                    conn.execute(update(S).where(S.c.id == subscription_id, S.c.state == SubscriptionState.ACTIVE)
+                                 .values(state=SubscriptionState.DISABLED, state_reason=reason, updated_at=now))
+
+        retry_on_lost_connection(write, "recording attempts")
+        # After the commit: if Redis is away, the retry is only delayed until the sweeper finds it.
+        try:
+            self.work.schedule(to_schedule)
+        except REDIS_AWAY:
+            log.warning("Redis is away: %d retries wait for the sweeper", len(to_schedule))
+
+    def _fallback_decision(self, item: Claimed, exc: Exception, now: dt.datetime) -> tuple[Outcome, Decision]:
+        """A decision for an attempt whose own decision failed (a bug): its error, and the default schedule."""
+        log.exception("deciding the next state of delivery %s failed", item.delivery_id)
+        outcome = Outcome(error=http.error_text("internal error", exc))
+        return outcome, decide(policy_for("exponential"), outcome, item.attempts_in_schedule,
+                               item.schedule_started_at, now, self.rng)
+
+    @staticmethod
+    def _still_leased(conn, finished) -> bool:
+        """Does any delivery of this batch still carry the lease it was sent under? (No: the batch's
+        one transaction already committed, which settles or reschedules every one of them.)"""
+        ids = [item.delivery_id for item, *_ in finished]
+        tokens = list({token for _, token, *_ in finished})
+        return bool(conn.execute(select(func.count()).select_from(D)
+                                 .where(D.c.id.in_(ids), D.c.lease_token.in_(tokens))).scalar())
 
     def _insert_attempts(self, conn, rows: list[tuple]) -> None:
         """Attempt rows in bulk: COPY on PostgreSQL (a fifth of executemany's CPU), executemany elsewhere."""
@@ -351,13 +455,31 @@ class DeliveryEngine:
 
     async def _drain(self, slot_token, budget_seconds, linger_seconds) -> DrainStats:
         run = _Run(self, self._session_here(), DrainStats())
+        try:
+            return await self._drain_loop(run, slot_token, budget_seconds, linger_seconds)
+        except BaseException as exc:
+            if isinstance(exc, REDIS_AWAY):
+                log.error("drain stopped: Redis is unreachable (%s); recording what was sent, releasing the rest", exc)
+            else:
+                log.critical("drain failed; recording what was sent and releasing the rest", exc_info=True)
+            await run.abandon()
+            raise
+
+    async def _drain_loop(self, run: _Run, slot_token, budget_seconds, linger_seconds) -> DrainStats:
         started = time.monotonic()
         deadline = started + budget_seconds
         next_heartbeat = started + 10
+        renew_every = self.lease_seconds * LEASE_RENEW_FRACTION
+        next_renewal = started + renew_every
         idle_since = None
         next_pop = 0.0
         while True:
             now = time.monotonic()
+            if self.stopping.is_set():
+                deadline = min(deadline, now)
+            if now >= next_renewal:
+                run.renew_leases()
+                next_renewal = now + renew_every
             popped = 0
             if run.claiming is not None and run.claiming.done():
                 await run.take_claimed()
@@ -458,11 +580,14 @@ class DeliveryEngine:
             due.append((work_item(item.subscription_id, item.delivery_id), when))
         # One UPDATE per claim: the database gets the earliest due time (claimable from then on, and
         # the sweeper leaves it alone while Redis holds it); Redis holds each one's paced time.
-        with self.db_engine.begin() as conn:
-            for token, ids in by_token.items():
-                conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token == token)
-                             .values(next_attempt_at=from_unix(now_unix + SATURATED_RETRY_SECONDS),
-                                     updated_at=now, lease_token=None, lease_expires_at=None))
+        def write():
+            with self.db_engine.begin() as conn:
+                for token, ids in by_token.items():
+                    conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token == token)
+                                 .values(next_attempt_at=from_unix(now_unix + SATURATED_RETRY_SECONDS),
+                                         updated_at=now, lease_token=None, lease_expires_at=None))
+
+        retry_on_lost_connection(write, "handing back deliveries")
         self.work.schedule(due)
 
     # -- per-subscription limits (dashboard.delivery.ratelimit) ------------------------------
@@ -517,10 +642,14 @@ class DeliveryEngine:
         """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts.
         A rate-limited one goes at its turn, `wait` seconds from now, through its endpoint's in-flight
         `gate` (delivery.ratelimit.at_turn)."""
-        headers = http.delivery_headers(
-            event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
-            attempt_number=item.attempt_number, scheme=item.scheme, secrets=self.signing_secrets(item, attempted_at),
-            timestamp=timestamp, body=item.body)
+        try:
+            headers = http.delivery_headers(
+                event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
+                attempt_number=item.attempt_number, scheme=item.scheme,
+                secrets=self.signing_secrets(item, attempted_at), timestamp=timestamp, body=item.body)
+        except Exception as exc:  # noqa: BLE001 - e.g. a secret that no longer decrypts: this attempt's error
+            log.exception("preparing delivery %s failed", item.delivery_id)
+            return asyncio.get_running_loop().create_task(http.failed(exc))
         sending = http.post(
             session, item.url, item.body, headers, connect_timeout=item.connect_timeout,
             attempt_timeout=item.attempt_timeout, excerpt_bytes=self.excerpt_bytes,
@@ -551,13 +680,17 @@ class _Run:
         self.in_flight: dict[asyncio.Task, tuple[Claimed, str, dt.datetime, float]] = {}
         self.per_subscription: Counter = Counter()
         self.started_at: dict[str, list[float]] = {}  # monotonic start of each request in flight, per subscription
-        self.waiting: dict[str, deque] = {}  # (item, token, lease deadline) per saturated subscription
+        self.waiting: dict[str, deque] = {}  # (item, lease token) per saturated subscription
+        # Per lease token: until when (monotonic) its waiting deliveries may still be started.
+        self.lease_deadlines: dict[str, float] = {}
+        self.renewing: asyncio.Future | None = None
         self.waiting_total = 0
         self.finished: list = []
         self.first_finished_at = 0.0
         self.done: list[asyncio.Task] = []
         self.wake = asyncio.Event()
         self.recording: asyncio.Future | None = None
+        self.recording_batch: list = []  # what `recording` writes, kept until it is written
         # The claim under way in a thread, and the ids it asks for. While the database leases them,
         # requests already in flight finish and waiting work is started: a claim awaited in place
         # left both cores 11 - 16 % idle.
@@ -621,7 +754,8 @@ class _Run:
         if engine.rate_limits:
             items = await self._throttle_claimed(items, token)
         to_hold = []
-        lease_deadline = time.monotonic() + engine.lease_seconds * LEASE_SAFETY
+        if token is not None:
+            self.lease_deadlines[token] = time.monotonic() + engine.lease_seconds * LEASE_SAFETY
         now = engine.now_for_starts()
         for item in items:
             if item.subscription_state != SubscriptionState.ACTIVE:
@@ -629,7 +763,7 @@ class _Run:
             elif item.turn is not None or self.per_subscription[item.subscription_id] < engine.cap(item.subscription_id):
                 self._send(item, token, now)
             else:
-                self.waiting.setdefault(item.subscription_id, deque()).append((item, token, lease_deadline))
+                self.waiting.setdefault(item.subscription_id, deque()).append((item, token))
                 self.waiting_total += 1
         if to_hold:
             await asyncio.to_thread(engine.hold, to_hold, token)
@@ -683,11 +817,15 @@ class _Run:
         for task in done:
             item, token, attempted_at, began = self.in_flight.pop(task)
             sub = item.subscription_id
-            result = task.result()
             if item.turn is None:
                 self.per_subscription[sub] -= 1
                 self.started_at[sub].remove(began)
                 freed.add(sub)
+            try:
+                result = task.result()  # http.post does not raise; this is the belt to its braces
+            except Exception as exc:  # noqa: BLE001
+                log.error("attempt of delivery %s raised %r", item.delivery_id, exc)
+                result = http.AttemptResult(Outcome(error=http.error_text("internal error", exc)), 0, None)
             self.engine.learn(sub, result.duration_ms / 1000)
             if not self.finished:
                 self.first_finished_at = time.monotonic()
@@ -697,9 +835,9 @@ class _Run:
         for sub in freed:
             queue = self.waiting.get(sub)
             while queue and self.per_subscription[sub] < self.engine.cap(sub):
-                item, token, lease_deadline = queue.popleft()
+                item, token = queue.popleft()
                 self.waiting_total -= 1
-                if now < lease_deadline:
+                if now < self.lease_deadlines[token]:
                     starts_at = starts_at or self.engine.now_for_starts()
                     self._send(item, token, starts_at)
                 # else: the lease is too close to running out to start now; the sweeper hands it on.
@@ -717,7 +855,7 @@ class _Run:
             expected[sub] = engine.expected_seconds(sub, min(starts) if starts else None)
             keep = 0 if final else engine.waiting_cap(expected[sub])
             while len(queue) > keep:
-                item, token, _ = queue.pop()
+                item, token = queue.pop()
                 to_defer.append((item, token))
         if to_defer:
             self.waiting_total -= len(to_defer)
@@ -730,12 +868,83 @@ class _Run:
         if pending is not None:
             if not pending.done() and not wait and len(self.finished) < 2 * RECORD_BATCH:
                 return  # keep collecting; the next batch goes when this one is written
-            self.recording = None
-            await pending  # raises what the write raised: a failed write fails the drain
+            await pending  # raises what the write raised: a failed write fails the drain (abandon retries it)
+            self.recording, self.recording_batch = None, []
         if self.finished:
             finished, self.finished = self.finished, []
             self.stats.records += 1
+            self.recording_batch = finished
             self.recording = asyncio.ensure_future(asyncio.to_thread(self.engine.record, finished, self.stats))
             if wait:
-                pending, self.recording = self.recording, None
-                await pending
+                await self.recording
+                self.recording, self.recording_batch = None, []
+
+    def renew_leases(self) -> None:
+        """Renew, in a thread, the leases of everything this drain holds; a failed renewal only lets
+        those leases run out (waiting work is then not started: see collect)."""
+        if self.renewing is not None and not self.renewing.done():
+            return
+        held: dict[str, list[str]] = {}
+        for item, token, *_ in (*self.in_flight.values(), *self.finished, *self.recording_batch):
+            held.setdefault(token, []).append(item.delivery_id)
+        for queue in self.waiting.values():
+            for item, token in queue:
+                held.setdefault(token, []).append(item.delivery_id)
+        if not held:
+            return
+        engine = self.engine
+        renewed_at = time.monotonic()
+
+        def renewed(future: asyncio.Future) -> None:
+            if future.exception() is not None:
+                log.warning("renewing %d leases failed: %s", sum(map(len, held.values())), future.exception())
+                return
+            for token in held:
+                self.lease_deadlines[token] = renewed_at + engine.lease_seconds * LEASE_SAFETY
+
+        self.renewing = asyncio.ensure_future(asyncio.to_thread(engine.renew, held))
+        self.renewing.add_done_callback(renewed)
+
+    async def abandon(self) -> None:
+        """The drain failed. First give back what was claimed but not sent (due at once, for any
+        worker), then wait for the requests already on the wire and record every finished attempt:
+        a receiver that got the POST must not get it again for want of its attempt row."""
+        engine = self.engine
+        unsent = [(item, token) for queue in self.waiting.values() for item, token in queue]
+        self.waiting.clear()
+        self.waiting_total = 0
+        if self.claiming is not None:
+            with contextlib.suppress(Exception):  # a claim that failed leased nothing
+                items, token = await self.claiming
+                unsent += [(item, token) for item in items]
+            self.claiming, self.claiming_ids = None, []
+        try:
+            await asyncio.to_thread(engine.release, unsent)
+        except Exception:  # noqa: BLE001 - nothing more to do: their leases run out
+            log.exception("could not release %d unsent deliveries; their leases run out in %s s",
+                          len(unsent), engine.lease_seconds)
+        if self.in_flight:
+            # Each request ends by its own timeout (at most the longest attempt timeout).
+            longest = max(item.attempt_timeout for item, *_ in self.in_flight.values())
+            await asyncio.wait(list(self.in_flight), timeout=longest + 1)
+            for task in self.in_flight:
+                if not task.done():
+                    task.cancel()  # cannot happen within its timeout; do not leave it behind
+        self.done = [task for task in self.in_flight if task.done() and not task.cancelled()]
+        self.collect()
+        batches = [(self.finished, False)]
+        self.finished = []
+        if self.recording is not None:
+            try:
+                await self.recording
+            except Exception:  # noqa: BLE001 - written again below, unless it committed after all
+                batches.append((self.recording_batch, True))
+            self.recording, self.recording_batch = None, []
+        for batch, recheck in batches:
+            if not batch:
+                continue
+            try:
+                await asyncio.to_thread(engine.record, batch, self.stats, recheck)
+            except Exception:  # noqa: BLE001
+                log.exception("could not record %d attempts already sent; they will be sent again after their "
+                              "leases (%s s)", len(batch), engine.lease_seconds)

@@ -6,17 +6,22 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import functools
+import logging
 import time
+import zlib
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from .. import signing
+from promesa_receiver import signing
 from .policies import Outcome
 from .targets import _is_ip, is_public
 
+log = logging.getLogger(__name__)
+
 USER_AGENT = "Promesa-Webhooks/1"
+ERROR_LENGTH = 200  # attempts.error and deliveries.last_error hold this many characters
 
 
 @dataclass
@@ -31,13 +36,14 @@ def retry_after_seconds(value: str | None, now_unix: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    # ASCII digits only: str.isdigit() is also true for "\u00b2" or "\u2460", which float() refuses.
+    if value.isascii() and value.isdigit():
+        return float(value)  # a huge number becomes inf; the policy caps the wait
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        return max(0.0, when.timestamp() - now_unix)
+    except (TypeError, ValueError, IndexError, OverflowError):  # what the standard library raises on odd dates
         return None
-    return max(0.0, when.timestamp() - now_unix)
 
 
 def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attempt_number: int,
@@ -49,6 +55,9 @@ def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attemp
         "X-Event-Type": event_type,
         "X-Delivery-Id": delivery_id,
         "X-Delivery-Attempt": str(attempt_number),
+        # Only an excerpt of the answer is kept: ask for it plain (a receiver that compresses anyway
+        # is decompressed, within the excerpt's size, see _excerpt).
+        "Accept-Encoding": "identity",
     }
     headers.update(signing.sign_headers(scheme, secrets, event_id, timestamp, body))
     return headers
@@ -57,6 +66,7 @@ def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attemp
 async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str], *,
                connect_timeout: float, attempt_timeout: float, excerpt_bytes: int,
                allow_private: bool) -> AttemptResult:
+    """Never raises: whatever one receiver answers (or a bug in reading it) is this attempt's outcome."""
     started = time.monotonic()
     excerpt = None
     try:
@@ -64,9 +74,8 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
             return AttemptResult(Outcome(error="private address refused"), 0, None)
         timeout = _timeout(attempt_timeout, connect_timeout)
         async with session.post(url, data=body, headers=headers, allow_redirects=False, timeout=timeout) as resp:
-            raw = await resp.content.read(excerpt_bytes)
-            excerpt = raw.decode("utf-8", "replace").replace("\x00", "")  # PostgreSQL text cannot hold NUL
             status = resp.status
+            excerpt = await _excerpt(resp, excerpt_bytes)
             if 300 <= status < 400:
                 outcome = Outcome(status_code=status, error="redirect not followed")
             else:
@@ -75,12 +84,54 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
     except asyncio.TimeoutError:
         outcome = Outcome(error="timeout")
     except aiohttp.ClientConnectorError as exc:
-        outcome = Outcome(error=f"connection error: {_short(exc)}")
+        outcome = Outcome(error=error_text("connection error", exc))
+    except aiohttp.ClientResponseError as exc:
+        # aiohttp's own "400" for an answer it could not parse (status line, headers): the receiver
+        # sent no status code we could read, so none is recorded.
+        outcome = Outcome(error=error_text("invalid response", exc.message or exc))
     except aiohttp.ClientError as exc:
-        outcome = Outcome(error=f"{type(exc).__name__}: {_short(exc)}")
+        outcome = Outcome(error=error_text(type(exc).__name__, exc))
     except OSError as exc:
-        outcome = Outcome(error=f"connection error: {_short(exc)}")
+        outcome = Outcome(error=error_text("connection error", exc))
+    except Exception as exc:  # noqa: BLE001 - a bug must cost this attempt, never the drain (and every other team)
+        log.exception("attempt to %s failed inside Promesa", url)
+        outcome = Outcome(error=error_text("internal error", exc))
     return AttemptResult(outcome, int((time.monotonic() - started) * 1000), excerpt)
+
+
+async def failed(exc: Exception) -> AttemptResult:
+    """The result of an attempt that could not even be prepared (signing, decrypting the secret)."""
+    return AttemptResult(Outcome(error=error_text("internal error", exc)), 0, None)
+
+
+async def _excerpt(resp: aiohttp.ClientResponse, limit: int) -> str:
+    """At most `limit` bytes of the answer, as text; the rest is never read (closing the
+    connection drops it), so a 50 MB answer costs what its first kilobyte does."""
+    try:
+        raw = await resp.content.read(limit)
+    except aiohttp.ClientPayloadError as exc:
+        # Cut off or malformed mid-body (chunking): the status line has already answered.
+        return f"[body unreadable: {_short(exc)}]"
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("gzip", "x-gzip", "deflate") and raw:
+        raw = _inflate(raw, limit)
+        if raw is None:
+            return f"[{encoding} body that could not be decompressed]"
+    return raw.decode("utf-8", "replace").replace("\x00", "")  # PostgreSQL text cannot hold NUL
+
+
+def _inflate(raw: bytes, limit: int) -> bytes | None:
+    """The start of a gzip or zlib stream, decompressed to at most `limit` bytes (a bomb stays small)."""
+    for wbits in (zlib.MAX_WBITS | 32, -zlib.MAX_WBITS):  # gzip or zlib header, else raw deflate
+        try:
+            return zlib.decompressobj(wbits).decompress(raw, limit)
+        except zlib.error:
+            continue
+    return None
+
+
+def error_text(kind: str, detail) -> str:
+    return f"{kind}: {_short(detail)}"[:ERROR_LENGTH]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -96,5 +147,5 @@ def _timeout(total: float, connect: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=total, sock_connect=connect)
 
 
-def _short(exc: Exception) -> str:
+def _short(exc) -> str:
     return str(exc)[:150] or type(exc).__name__

@@ -5,14 +5,43 @@ Checked when a subscription is saved and again on every connection (DNS can chan
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from urllib.parse import urlsplit
 
 import aiohttp
+import yarl
+
+_SPACE_OR_CONTROL = re.compile(r"[\x00-\x20\x7f\ud800-\udfff]")
+
+# IPv6 prefixes whose addresses carry an IPv4 address that a gateway or the host's own stack
+# may connect to: the embedded IPv4 address is what is judged.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052 well-known prefix: the last 32 bits
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d: the last 32 bits
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT ::ffff:0:a.b.c.d: the last 32 bits
+# RFC 8215 local-use NAT64: the IPv4 address may sit at any of several offsets, and it is never global.
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (mapped, NAT64, 6to4, compatible, translated), if any."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64 or ip in _IPV4_COMPATIBLE or ip in _IPV4_TRANSLATED:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
 
 
 def is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _LOCAL_NAT64:
+            return False
+        inner = embedded_ipv4(ip)
+        if inner is not None:
+            ip = inner
     return ip.is_global and not ip.is_multicast
 
 
@@ -22,23 +51,31 @@ def url_problem(url: str, allow_private: bool, resolve: bool = True) -> str | No
         return "url must be a non-empty string"
     if len(url) > 2048:
         return "url is longer than 2048 characters"
-    parts = urlsplit(url)
+    if _SPACE_OR_CONTROL.search(url):
+        return "url must not contain spaces, control characters or unpaired surrogates"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port
+        yarl.URL(url)  # the HTTP client parses it so: a URL it refuses could never be delivered
+    except ValueError as exc:  # a broken IPv6 literal, a port out of range, a host NFKC refuses
+        return f"url cannot be parsed: {exc}"
     if parts.scheme not in ("http", "https"):
         return "url must start with http:// or https://"
-    if not parts.hostname:
+    if not host:
         return "url has no host"
     if parts.username or parts.password:
         return "url must not carry credentials"
-    try:
-        parts.port
-    except ValueError:
-        return "url has an invalid port"
+    if not _is_ip(host):
+        try:
+            host.encode("idna")
+        except UnicodeError:
+            return f"url has a host name that IDNA cannot encode: {host!r}"
     if allow_private:
         return None
-    host = parts.hostname
     try:
         addresses = [host] if _is_ip(host) else _resolve(host) if resolve else []
-    except OSError:
+    except (OSError, UnicodeError):
         return f"host {host!r} does not resolve"
     for address in addresses:
         if not is_public(address):

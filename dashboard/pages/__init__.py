@@ -6,12 +6,20 @@ Templates mirror the modules: `templates/<family>/page.html` and `_partial.html`
 
 from __future__ import annotations
 
-from flask import Blueprint
+from flask import Blueprint, abort, request
+
+from ..validation import nul_in_path_or_query
 
 bp = Blueprint("pages", __name__)
 
+
+@bp.before_request
+def refuse_nul():
+    if nul_in_path_or_query(request):
+        abort(400, "the path and the query must not contain NUL characters")
+
 # Each module registers its routes on `bp` when imported.
-from . import deliveries, overview, owner_tools, subscriptions  # noqa: E402,F401
+from . import deliveries, incidents, overview, owner_tools, sinks, subscriptions  # noqa: E402,F401
 from .nav import nav_items  # noqa: E402
 
 

@@ -12,12 +12,14 @@ import functools
 from flask import abort, flash, make_response, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 
-from .. import access, rotation
+from pydantic import ValidationError
+
+from .. import access, rotation, schemas
 from .. import subscriptions as subscription_service
 from ..delivery.policies import POLICY_NAMES
 from ..extensions import db
 from ..models import Delivery
-from ..validation import ApiError
+from ..validation import ApiError, explain
 from . import bp
 
 GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (86400, "24 hours"),
@@ -62,8 +64,8 @@ def _number_or_none(form, name, kind):
         raise ApiError(400, f"{name} must be a {'whole ' if kind is int else ''}number, or empty") from None
 
 
-def payload_from_form(sub, form) -> dict:
-    """The form as the API's PATCH body, so both go through one set of checks (subscriptions.validated)."""
+def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
+    """The form as the API's PATCH body, checked by the same model (schemas.SubscriptionEdit)."""
     payload = {
         "description": form.get("description", ""),
         "event_types": [t.strip() for t in form.get("event_types", "").split(",") if t.strip()],
@@ -86,7 +88,10 @@ def payload_from_form(sub, form) -> dict:
     url = form.get("url", "").strip()
     if url != sub.url:  # checked (and resolved) only when it changes
         payload["url"] = url
-    return payload
+    try:
+        return schemas.SubscriptionEdit.model_validate(payload)
+    except ValidationError as exc:
+        raise ApiError(400, explain(schemas.SubscriptionEdit, exc)) from None
 
 
 @bp.route("/subscriptions/<subscription_id>/edit", methods=["GET", "POST"])
@@ -97,7 +102,7 @@ def edit_subscription(sub):
     error, status = None, 200
     if request.method == "POST":
         try:
-            changed = subscription_service.edit(sub, payload_from_form(sub, request.form))
+            changed = subscription_service.edit(sub, edit_from_form(sub, request.form))
         except ApiError as exc:
             db.session.rollback()
             error, status = exc.message, exc.status
@@ -115,11 +120,12 @@ def edit_subscription(sub):
 def rotate_secret(sub):
     # A new secret, shown in this answer only; the old one keeps signing through the grace.
     try:
-        grace = int(request.form.get("grace_seconds", rotation.DEFAULT_GRACE_SECONDS))
-    except ValueError:
+        grace = schemas.RotateInput.model_validate(
+            {"grace_seconds": int(request.form.get("grace_seconds", rotation.DEFAULT_GRACE_SECONDS))}).grace_seconds
+    except (ValueError, ValidationError):
         abort(400)
     try:
-        secret = rotation.rotate(sub, rotation.grace_from({"grace_seconds": grace}))
+        secret = rotation.rotate(sub, grace)
     except ApiError as exc:
         flash(exc.message, "error")
         return redirect(url_for(".subscription", subscription_id=sub.id))

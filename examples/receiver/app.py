@@ -38,7 +38,7 @@ import redis
 from flask import Blueprint, Flask, current_app, jsonify, request
 from rq import Queue, Retry, SimpleWorker
 
-from dashboard.receiver import (
+from promesa_receiver import (
     PROMESA_HEADER,
     InvalidEvent,
     VerificationError,
@@ -125,8 +125,7 @@ def promesa_webhook():
         now = cfg["RECEIVER_CLOCK"]()
         tolerance = cfg["PROMESA_SIGNATURE_TOLERANCE"]
         if cfg["PROMESA_SIGNATURE_SCHEME"] == "standard-webhooks":
-            verify_standard(raw, request.headers, cfg["PROMESA_WEBHOOK_SECRETS"], tolerance, now=now)
-            signed_at = int(request.headers["webhook-timestamp"])
+            signed_at = verify_standard(raw, request.headers, cfg["PROMESA_WEBHOOK_SECRETS"], tolerance, now=now)
         else:
             signed_at = verify(raw, request.headers.get(PROMESA_HEADER), cfg["PROMESA_WEBHOOK_SECRETS"],
                                tolerance, now=now)

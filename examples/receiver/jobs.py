@@ -23,7 +23,7 @@ import logging
 
 from flask import current_app
 
-from dashboard.receiver import ReceivedEvent
+from promesa_receiver import ReceivedEvent
 
 from .storage import Storage, files
 

@@ -16,7 +16,7 @@ import enum
 
 import sqlalchemy as sa
 
-from dashboard.receiver import ReceivedEvent, ResourceOrdering, SqlOrderingStore
+from promesa_receiver import ReceivedEvent, ResourceOrdering, SqlOrderingStore
 
 metadata = sa.MetaData()
 

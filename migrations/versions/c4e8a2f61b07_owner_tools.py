@@ -2,7 +2,7 @@
 per subscription, and soft deletion
 
 Revision ID: c4e8a2f61b07
-Revises: a1d7c3e5f209
+Revises: c3f1a7e9d2b4
 Create Date: 2026-11-30 12:30:00.000000
 """
 from alembic import op
@@ -11,24 +11,23 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = 'c4e8a2f61b07'
-down_revision = 'a1d7c3e5f209'
+down_revision = 'c3f1a7e9d2b4'
 branch_labels = None
 depends_on = None
 
 
 def upgrade():
-    with op.batch_alter_table('subscriptions') as batch:
-        batch.add_column(sa.Column('previous_secret_ciphertext', sa.Text(), nullable=True))
-        batch.add_column(sa.Column('previous_secret_expires_at', sa.DateTime(), nullable=True))
-        batch.add_column(sa.Column('rate_limit_per_s', sa.Float(), nullable=True))
-        batch.add_column(sa.Column('max_in_flight', sa.Integer(), nullable=True))
-        batch.add_column(sa.Column('deleted_at', sa.DateTime(), nullable=True))
+    # Nullable columns without defaults: a plain ADD COLUMN on SQLite too. A batch would copy and drop
+    # `subscriptions`, which the deliveries' foreign keys refuse once there are deliveries.
+    op.add_column('subscriptions', sa.Column('previous_secret_ciphertext', sa.Text(), nullable=True))
+    op.add_column('subscriptions', sa.Column('previous_secret_expires_at', sa.DateTime(), nullable=True))
+    op.add_column('subscriptions', sa.Column('rate_limit_per_s', sa.Float(), nullable=True))
+    op.add_column('subscriptions', sa.Column('max_in_flight', sa.Integer(), nullable=True))
+    op.add_column('subscriptions', sa.Column('deleted_at', sa.DateTime(), nullable=True))
 
 
 def downgrade():
-    with op.batch_alter_table('subscriptions') as batch:
-        batch.drop_column('deleted_at')
-        batch.drop_column('max_in_flight')
-        batch.drop_column('rate_limit_per_s')
-        batch.drop_column('previous_secret_expires_at')
-        batch.drop_column('previous_secret_ciphertext')
+    # DROP COLUMN in place (SQLite 3.35+), for the same reason as above.
+    for column in ('deleted_at', 'max_in_flight', 'rate_limit_per_s', 'previous_secret_expires_at',
+                   'previous_secret_ciphertext'):
+        op.drop_column('subscriptions', column)

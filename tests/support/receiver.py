@@ -27,7 +27,7 @@ class Received:
 
 
 class Receiver:
-    def __init__(self):
+    def __init__(self, port: int = 0):  # a port: to come back where a stopped receiver was
         self.requests: list[Received] = []
         self.hits: Counter = Counter()
         self.lock = threading.Lock()
@@ -59,7 +59,7 @@ class Receiver:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the sender gave up (timeout); that is the point of some tests
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 

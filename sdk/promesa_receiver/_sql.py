@@ -1,5 +1,5 @@
 """SQLAlchemy helpers shared by the claims and the ordering store. SQLAlchemy is imported
-here lazily, only when a SQL-backed object is built, so ``dashboard.receiver`` itself needs
+here lazily, only when a SQL-backed object is built, so ``promesa_receiver`` itself needs
 nothing beyond the standard library."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ def sqlalchemy():
     try:
         import sqlalchemy as sa
     except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
-        raise ImportError("the SQL-backed receiver helpers need SQLAlchemy: pip install 'sqlalchemy>=2'") from exc
+        raise ImportError("the SQL-backed receiver helpers need SQLAlchemy: install 'promesa-receiver[sql]'") from exc
     return sa
 
 

