@@ -3,7 +3,8 @@
 What runs, all on 127.0.0.1:
 
 - a receiver: aiohttp.web in its own process (it must not share a GIL with the pipeline);
-  `/ok/<n>` answers 200 at once, `/slow/<n>` answers after --slow-seconds (default 10.5 s,
+  `/ok/<n>` answers 200 at once, `/throttled/<n>` too (the endpoint given --rate-limit, whose arrival
+  times are kept apart), `/slow/<n>` answers after --slow-seconds (default 10.5 s,
   past the default 10 s attempt timeout);
 - the ingest API: the real app under gunicorn (the same server `promesa web` runs, without its
   access log), --web-workers processes;
@@ -55,7 +56,8 @@ def _receiver_main(conn, slow_seconds: float) -> None:
     from aiohttp import web
 
     received: list[tuple[str, str, float]] = []  # (kind, event id, unix time)
-    counts = {"ok": 0, "slow": 0, "raw": 0}
+    counts = {"ok": 0, "slow": 0, "raw": 0, "throttled": 0}
+    throttled_at: list[float] = []  # arrival times at the rate-limited endpoint
 
     async def ok(request):
         await request.read()
@@ -65,6 +67,15 @@ def _receiver_main(conn, slow_seconds: float) -> None:
         if kind == "ok":
             received.append((request.match_info["n"], request.headers.get("X-Event-Id", ""), now))
         return web.Response(text="ok")
+
+    async def throttled(request):
+        await request.read()
+        counts["throttled"] += 1
+        throttled_at.append(time.time())
+        return web.Response(text="ok")
+
+    async def dump_throttled(request):
+        return web.json_response(throttled_at)
 
     async def slow(request):
         await request.read()
@@ -80,13 +91,15 @@ def _receiver_main(conn, slow_seconds: float) -> None:
 
     async def reset(request):
         received.clear()
+        throttled_at.clear()
         for key in counts:
             counts[key] = 0
         return web.json_response(counts)
 
     async def main():
         app = web.Application(client_max_size=1024 * 1024)
-        app.add_routes([web.post("/ok/{n}", ok), web.post("/slow/{n}", slow), web.get("/_stats", stats),
+        app.add_routes([web.post("/ok/{n}", ok), web.post("/slow/{n}", slow), web.post("/throttled/{n}", throttled),
+                        web.get("/_throttled", dump_throttled), web.get("/_stats", stats),
                         web.get("/_dump", dump), web.post("/_reset", reset)])
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -352,7 +365,7 @@ class Run:
                     raise click.ClickException(f"a child exited with {proc.returncode}; see logs in {self.tmp}")
             time.sleep(0.1)
 
-    def make_team(self, healthy: int, slow: int) -> None:
+    def make_team(self, healthy: int, slow: int, rate_limit: float | None = None) -> None:
         from .extensions import db
         from .models import ApiToken, Team
 
@@ -371,6 +384,13 @@ class Run:
                 if resp.status_code != 201:
                     raise click.ClickException(f"could not subscribe: {resp.get_json()}")
                 (self.healthy_ids if i < healthy else self.slow_ids).append(resp.get_json()["id"])
+            self.throttled_ids = []
+            if rate_limit:  # one more endpoint, as fast as the healthy ones, behind a rate limit
+                resp = client.post("/api/v1/subscriptions", headers=auth, json={
+                    "url": f"{self.receiver_url}/throttled/{healthy + slow}", "rate_limit_per_s": rate_limit})
+                if resp.status_code != 201:
+                    raise click.ClickException(f"could not subscribe: {resp.get_json()}")
+                self.throttled_ids.append(resp.get_json()["id"])
             db.session.remove()
 
     # measuring -------------------------------------------------------------------------------
@@ -615,6 +635,47 @@ def _seed(run: Run, tag: str, subscription_ids: list[str], deliveries: int, atte
     return ids
 
 
+def busiest_second(times: list[float]) -> int:
+    """The most arrivals in any one-second window (sliding, not calendar seconds)."""
+    times = sorted(times)
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] >= 1.0:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def throttled_result(run: Run, rate_limit: float) -> dict:
+    """What the rate-limited endpoint received while the healthy ones were served; then pause it, so
+    that its backlog does not compete with what is measured next."""
+    from . import subscriptions as subscription_service
+    from .extensions import db
+    from .models import Subscription
+
+    from sqlalchemy import select
+
+    from .clock import unix
+    from .models import Attempt, Delivery
+
+    times = _http_json("GET", run.receiver_url + "/_throttled")
+    with run.app.app_context():
+        for sub_id in run.throttled_ids:
+            subscription_service.pause(db.session.get(Subscription, sub_id), "bench: measured")
+        # When the workers sent them (their turns), beside when the receiver got them (after the network,
+        # and after any stall of the receiver's process on a busy machine).
+        sent = [unix(at) for at in db.session.scalars(
+            select(Attempt.attempted_at).join(Delivery, Delivery.id == Attempt.delivery_id)
+            .where(Delivery.subscription_id.in_(run.throttled_ids)))]
+        db.session.remove()
+    span = (max(times) - min(times)) if len(times) > 1 else 0.0
+    busiest = busiest_second(times)
+    return {"rate_limit": rate_limit, "received": len(times), "busiest_second": busiest,
+            "busiest_second_sent": busiest_second(sent),
+            "mean_per_s": round((len(times) - 1) / span, 1) if span else None,
+            "busiest_vs_limit": round(busiest / rate_limit - 1, 3)}
+
+
 def run_replay(run: Run, count: int, timeout: float) -> dict:
     """Dead-letter `count` deliveries of one subscription, press replay-all (the API's button), time it."""
     import urllib.request
@@ -688,6 +749,9 @@ def _parse_receivers(spec: str | None) -> int:
               help="also seed --dashboard-attempts attempt rows and time the dashboard's list pages")
 @click.option("--dashboard-attempts", default=1_000_000, show_default=True)
 @click.option("--no-raw", is_flag=True, help="skip the raw baseline")
+@click.option("--rate-limit", "rate_limit", type=float, default=None,
+              help="one more endpoint, as fast as the healthy ones, with this rate limit (deliveries/s): "
+                   "shows its busiest second; compare the healthy figures with a run without it")
 @click.option("--slow-seconds", default=SLOW_DEFAULT_SECONDS, show_default=True,
               help="how long a slow endpoint takes to answer")
 @click.option("--timeout", "timeout", default=300.0, show_default=True,
@@ -695,7 +759,7 @@ def _parse_receivers(spec: str | None) -> int:
 @click.option("--keep", is_flag=True, help="keep the temporary folder and the run's database rows")
 @click.option("--json", "as_json", is_flag=True, help="also print the result as one JSON object on the last line")
 def bench_command(events, workers, receivers, healthy, rate, publishers, batch, web_workers, preload, replay, dashboard,
-                  dashboard_attempts, no_raw, slow_seconds, timeout, keep, as_json):
+                  dashboard_attempts, no_raw, rate_limit, slow_seconds, timeout, keep, as_json):
     """Deliveries/s, publish->receive latency and a raw HTTP baseline, measured in one run."""
     slow = _parse_receivers(receivers)
     if events < 1 or workers < 1 or healthy < 1 or publishers < 1 or not 1 <= batch <= 500:
@@ -707,12 +771,14 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
 
     started = dt.datetime.now(dt.timezone.utc)
     with Run(workers, web_workers, slow_seconds, keep, log) as run:
-        run.make_team(healthy, slow)
-        log(f"bench {run.run_id}: {events} events x {healthy} healthy + {slow} slow endpoints, "
+        run.make_team(healthy, slow, rate_limit)
+        log(f"bench {run.run_id}: {events} events x {healthy} healthy + {slow} slow endpoints"
+            f"{f' + 1 limited to {rate_limit:g}/s' if rate_limit else ''}, "
             f"{workers} workers, {run.database} + {run.redis_kind}")
         result = run_pipeline(run, events, publishers, rate, timeout, preload, batch)
         counts = run.receiver_counts()
         result["slow_requests"] = counts["slow"]
+        result["throttled"] = throttled_result(run, rate_limit) if rate_limit else None
         raw = None if no_raw else run_raw(run)
         replayed = run_replay(run, replay, timeout) if replay else None
         dashboard_result = run_dashboard(run, dashboard_attempts, 30) if dashboard else None
@@ -735,6 +801,11 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                f"max {lat['max']} ms")
     if slow:
         click.echo(f"slow endpoints: {slow}, requests they received: {out['slow_requests']}")
+    if out["throttled"]:
+        t = out["throttled"]
+        click.echo(f"rate-limited endpoint ({t['rate_limit']:g}/s): {t['received']} received, busiest second "
+                   f"{t['busiest_second']} ({t['busiest_vs_limit']:+.1%} of the limit; {t['busiest_second_sent']} by the "
+                   f"workers' send times), mean {t['mean_per_s']}/s")
     if raw:
         click.echo(f"raw baseline: {raw['requests']} POSTs in {raw['seconds']} s = {raw['per_s']} requests/s "
                    f"({raw['processes']} x {raw['in_flight_per_process']} in flight)")

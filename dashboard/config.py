@@ -105,6 +105,8 @@ DEFAULTS = {
     "PROMESA_DRAIN_LINGER_SECONDS": 2.0,
     "PROMESA_SWEEP_INTERVAL_SECONDS": 60.0,
     "PROMESA_RESPONSE_EXCERPT_BYTES": 1024,
+    # A worker reserves a rate-limited endpoint's turns up to this far ahead, and waits for them itself.
+    "PROMESA_RATE_LIMIT_LOOKAHEAD_SECONDS": 0.5,
     # How long a claimed delivery stays a worker's before the sweeper may hand it to another. A drain
     # renews the leases of what it holds every third of this, so it bounds how long the work of a
     # worker killed outright (SIGKILL, a lost machine) waits, not how long a delivery may wait here.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import current_app
 
-from . import catalog, snippets
+from . import catalog, rotation, snippets
 from .delivery.policies import CLIENT_ERROR_MAX_ATTEMPTS, ExponentialPolicy, QuickThenSweepPolicy, policy_for
 from .ingest import wants
 from .models import Subscription
@@ -63,6 +63,21 @@ def signature(sub: Subscription) -> dict:
             "id_note": "X-Event-Id is the event id: identical on every retry and replay"}
 
 
+def rotation_text(sub: Subscription) -> str:
+    """How a secret rotation looks from the receiving side, and what signs right now (never values)."""
+    several = ("X-Signature carries one v1 per secret (t=…,v1=<new>,v1=<old>)" if sub.signature_scheme != "standard-webhooks"
+               else "webhook-signature carries one entry per secret, space-separated (v1,<new> v1,<old>)")
+    now = current_app.config["CLOCK"].now()
+    signing = rotation.signing_secrets(sub, now)
+    current = (f"Right now two secrets sign: the newest, and the previous one until "
+               f"{signing[1].until:%Y-%m-%d %H:%M:%S} UTC." if len(signing) > 1 else "Right now one secret signs.")
+    return (f"The endpoint's owners can rotate its secret. For a grace period they choose (24 h by default, "
+            f"up to 7 days) the old and the new secret both sign every delivery: {several}. Accept a "
+            f"delivery when any signature matches a secret you hold, so you can switch to the new secret "
+            f"whenever you like and no delivery fails. After the grace only the new secret signs, and the old "
+            f"one is deleted. {current}")
+
+
 def build(sub: Subscription) -> dict:
     declared = [t for t in catalog.for_team(sub.team) if wants(sub, t.name, t.version)]
     cap = current_app.config["PROMESA_MAX_DATA_BYTES"]
@@ -74,6 +89,7 @@ def build(sub: Subscription) -> dict:
                     "resource's version: apply an event only if it is newer than what you hold.",
         "signature": signature(sub),
         "tolerance_seconds": TOLERANCE_SECONDS,
+        "rotation": rotation_text(sub),
         "schedule": schedule(sub),
         "timeouts": {"connect": sub.connect_timeout, "attempt": sub.attempt_timeout},
         "status": [

@@ -81,7 +81,7 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
 # Built once (ingest runs them on every request): what routing needs of each subscription, and the
 # event a repeated Idempotency-Key names.
 _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions) \
-    .where(Subscription.team_id == bindparam("team_id"))
+    .where(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None))
 _EVENTS_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"),
                                     Event.id.in_(bindparam("ids", expanding=True)))
 _EVENT_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"), Event.id == bindparam("id"))
@@ -129,9 +129,11 @@ def ingest(team: Team, event: EventInput, idempotency_key: str | None = None) ->
 
 
 def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | None = None,
-                numbered: bool = True) -> list[Accepted]:
+                numbered: bool = True, only: tuple[str, bool] | None = None) -> list[Accepted]:
     """Validate every event first, then store them all and their deliveries in one transaction,
-    then enqueue. One bad event rejects the whole batch: nothing is stored half-way."""
+    then enqueue. One bad event rejects the whole batch: nothing is stored half-way.
+    `only`: (subscription id, active): deliver to that one subscription alone, whatever its filters
+    and the catalog say (a test event)."""
     def at(index: int, exc: ApiError) -> ApiError:
         """In a batch, an error names the event it is about."""
         return ApiError(exc.status, f"events[{index}]: {exc.message}") if numbered else exc
@@ -147,7 +149,7 @@ def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | 
 
     now = current_app.config["CLOCK"].now()
     now_iso = iso(now)
-    subscriptions = db.session.execute(_ROUTING, {"team_id": team.id}).all()
+    subscriptions = db.session.execute(_ROUTING, {"team_id": team.id}).all() if only is None else []
     stored = _stored_events(team, [c[2] for c in checked if c[2]])
     # (type, asked version) -> (version, declaration, [(subscription id, active)] that want it): once per batch
     plans: dict[tuple, tuple] = {}
@@ -165,6 +167,8 @@ def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | 
             results.append(Accepted(existing.id, len(existing.deliveries), True))
             continue
         plan = plans.get((event_type, version))
+        if plan is None and only is not None:
+            plan = plans[(event_type, version)] = (version or 1, None, [only])
         if plan is None:
             published, declared = catalog.resolve(team, event_type, version)
             targets = [(sub.id, sub.state == SubscriptionState.ACTIVE) for sub in subscriptions

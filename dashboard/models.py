@@ -42,8 +42,12 @@ class DeliveryState:
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     HELD = "held"
+    # The subscription was deleted while the delivery waited: nothing more is attempted.
+    CANCELLED = "cancelled"
 
-    ALL = (PENDING, SCHEDULED, SUCCEEDED, DEAD, HELD)
+    ALL = (PENDING, SCHEDULED, SUCCEEDED, DEAD, HELD, CANCELLED)
+    # Not finished yet: what deleting a subscription cancels.
+    WAITING = (PENDING, SCHEDULED, HELD)
     # States a worker may pick up once next_attempt_at has come.
     DUE = (PENDING, SCHEDULED)
 
@@ -147,11 +151,20 @@ class Subscription(db.Model):
     state_reason: Mapped[str | None] = mapped_column(String(500))
     # Fernet ciphertext of the signing secret (see dashboard.crypto).
     secret_ciphertext: Mapped[str] = mapped_column(Text)
+    # After a rotation, the secret before it keeps signing too (encrypted) until its grace ends.
+    previous_secret_ciphertext: Mapped[str | None] = mapped_column(Text)
+    previous_secret_expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    # Deliveries per second across all workers (None: no limit), enforced in Redis (delivery.ratelimit).
+    rate_limit_per_s: Mapped[float | None] = mapped_column(Float)
+    # Requests in flight to this endpoint per worker (None: PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION).
+    max_in_flight: Mapped[int | None] = mapped_column(Integer)
     connect_timeout: Mapped[float] = mapped_column(Float, default=5.0)
     attempt_timeout: Mapped[float] = mapped_column(Float, default=10.0)
     max_age_seconds: Mapped[int] = mapped_column(Integer, default=24 * 3600)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
+    # Soft deletion: out of routing and the API's list, its history still readable.
+    deleted_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
 
     team: Mapped[Team] = relationship(back_populates="subscriptions")
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
 from .delivery.policies import POLICY_NAMES
 from .models import DeliveryState, ReplayState, SubscriptionState
@@ -23,6 +24,9 @@ SIGNATURE_SCHEMES = ("promesa", "standard-webhooks")
 MAX_BATCH = 500
 MAX_EVENT_TYPES = 100  # patterns per subscription: each ingest matches every one of them
 MAX_REPLAY_IDS = 1000
+MAX_RATE_LIMIT_PER_S = 10_000
+MAX_IN_FLIGHT = 64
+MAX_GRACE_SECONDS = 7 * 86400
 DELIVERY_ID_PATTERN = r"^[A-Za-z0-9_]{1,40}$"
 
 
@@ -73,9 +77,41 @@ class SubscriptionInput(Body):
     attempt_timeout: Annotated[float, Field(ge=0.1, le=10), Must("a number from 0.1 to 10")] = 10
     max_age_seconds: Annotated[int, Field(ge=60, le=7 * 86400), WholeNumber,
                                Must(f"a whole number from 60 to {7 * 86400}")] = 86400
+    rate_limit_per_s: Annotated[float | None, Field(ge=0.01, le=MAX_RATE_LIMIT_PER_S,
+                                                    description="deliveries per second to this endpoint across "
+                                                                "all workers; null: no limit. A throttled delivery "
+                                                                "waits its turn: not an attempt, not counted in "
+                                                                "the retry schedule"),
+                                Must(f"a number from 0.01 to {MAX_RATE_LIMIT_PER_S}, or null")] = None
+    max_in_flight: Annotated[int | None, Field(ge=1, le=MAX_IN_FLIGHT,
+                                               description="requests in flight to this endpoint per worker; "
+                                                           "null: the installation's default"),
+                             WholeNumber, Must(f"a whole number from 1 to {MAX_IN_FLIGHT}, or null")] = None
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"url": "https://example.com/hooks", "event_types": ["file.*"]}]})
+
+
+def _edit_fields() -> dict:
+    """SubscriptionInput's fields but the signature scheme (receivers verify by it), none required."""
+    fields = {}
+    for name, info in SubscriptionInput.model_fields.items():
+        if name == "signature_scheme":
+            continue
+        if info.is_required():
+            info = FieldInfo.merge_field_infos(info, default=None)  # given or not; never null when given
+        fields[name] = (info.annotation, info)
+    return fields
+
+
+# PATCH /subscriptions/<id>: only the fields given change (model_fields_set); the audit log keeps before/after.
+SubscriptionEdit = create_model("SubscriptionEdit", __base__=Body, **_edit_fields())
+
+
+class RotateInput(Body):
+    grace_seconds: Annotated[int, Field(ge=0, le=MAX_GRACE_SECONDS,
+                                        description="how long the previous secret keeps signing; 0: not at all"),
+                             WholeNumber, Must(f"a whole number from 0 to {MAX_GRACE_SECONDS} (7 days)")] = 86400
 
 
 class ReplayInput(Body):
@@ -183,7 +219,27 @@ class Subscription(BaseModel):
     connect_timeout: float
     attempt_timeout: float
     max_age_seconds: int
+    rate_limit_per_s: float | None
+    max_in_flight: int | None
+    signing_secrets: list[SigningSecret] = Field(description="which secrets sign deliveries, and until when "
+                                                             "(never their values)")
     created_at: str
+    deleted_at: str | None = Field(description="set when deleted: nothing more is attempted")
+
+
+class SigningSecret(BaseModel):
+    which: Literal["current", "previous"]
+    until: str | None = Field(description="the previous secret signs until its grace ends; null: until the next "
+                                          "rotation")
+
+
+class Deleted(Subscription):
+    cancelled: int = Field(description="waiting deliveries that ended cancelled")
+
+
+class TestSent(BaseModel):
+    event_id: str
+    delivery_id: str
 
 
 class SubscriptionWithSecret(Subscription):

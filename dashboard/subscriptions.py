@@ -7,14 +7,15 @@ from promesa_receiver import signing
 from sqlalchemy import case, or_, select, update
 from sqlalchemy.orm import selectinload
 
-from . import audit, crypto
+from . import audit, crypto, rotation
 from .clock import iso
 from .delivery.targets import url_problem
 from .extensions import db
-from .ingest import enqueue
+from .ids import new_ids
+from .ingest import enqueue, ingest_many
 from .queue import work_item
 from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
-from .schemas import SubscriptionInput
+from .schemas import EventInput, SubscriptionEdit, SubscriptionInput
 from .validation import ApiError
 
 
@@ -29,13 +30,70 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        event_versions=dict(body.event_versions), retry_policy=body.retry_policy,
                        signature_scheme=body.signature_scheme, description=body.description,
                        connect_timeout=body.connect_timeout, attempt_timeout=body.attempt_timeout,
-                       max_age_seconds=body.max_age_seconds, secret_ciphertext=crypto.encrypt(secret),
+                       max_age_seconds=body.max_age_seconds, rate_limit_per_s=body.rate_limit_per_s,
+                       max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
                        state=SubscriptionState.ACTIVE)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub, detail={"url": sub.url})
     db.session.commit()
     return sub, secret
+
+
+def not_deleted(sub: Subscription) -> Subscription:
+    if sub.deleted_at is not None:
+        raise ApiError(409, "this subscription is deleted: its history stays readable, nothing else changes")
+    return sub
+
+
+def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
+    """Change what the owner may change (the fields given); the audit log keeps before and after of each
+    changed field (secrets are not fields here: they change by rotation only). Returns {field: (before, after)}."""
+    not_deleted(sub)
+    values = {name: getattr(body, name) for name in body.model_fields_set}
+    if "url" in values and values["url"] != sub.url:  # checked as at creation
+        problem = url_problem(values["url"], current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
+        if problem:
+            raise ApiError(422, problem)
+    for name in ("event_types", "event_versions"):
+        if name in values:
+            values[name] = (list if name == "event_types" else dict)(values[name])
+    changed = {name: (getattr(sub, name), value) for name, value in values.items() if getattr(sub, name) != value}
+    if changed:
+        for name, (_, value) in changed.items():
+            setattr(sub, name, value)
+        sub.updated_at = current_app.config["CLOCK"].now()
+        audit.record("subscription.edited", subscription=sub, detail={
+            "before": {k: before for k, (before, _) in changed.items()},
+            "after": {k: after for k, (_, after) in changed.items()}})
+        db.session.commit()
+    return changed
+
+
+def delete(sub: Subscription) -> int:
+    """Soft delete: out of routing and the API's list, nothing more attempted, history kept.
+    Waiting deliveries (in flight ones too: their lease is taken back) end cancelled. Returns how many."""
+    not_deleted(sub)
+    now = current_app.config["CLOCK"].now()
+    sub.deleted_at = now
+    # Disabled too: anything that still reaches a worker (an ingest racing this) is held, never sent.
+    sub.state = SubscriptionState.DISABLED
+    sub.state_reason = "deleted"
+    sub.previous_secret_ciphertext = sub.previous_secret_expires_at = None
+    cancelled = cancel_waiting([sub.id], now)
+    audit.record("subscription.deleted", subscription=sub, deliveries=cancelled, detail={"url": sub.url})
+    db.session.commit()
+    return cancelled
+
+
+def cancel_waiting(subscription_ids: list[str], now) -> int:
+    """Waiting deliveries of these subscriptions end cancelled. Clearing the lease makes a worker's
+    record of an attempt already in flight leave the state alone (it settles by lease token)."""
+    return db.session.execute(
+        update(Delivery).where(Delivery.subscription_id.in_(subscription_ids),
+                               Delivery.state.in_(DeliveryState.WAITING))
+        .values(state=DeliveryState.CANCELLED, next_attempt_at=None, updated_at=now,
+                lease_token=None, lease_expires_at=None)).rowcount
 
 
 def pause(sub: Subscription, reason: str = "paused by an operator") -> int:
@@ -55,6 +113,7 @@ def disable(sub: Subscription, reason: str) -> int:
 
 
 def _hold(sub: Subscription, state: str, reason: str, action: str) -> int:
+    not_deleted(sub)
     sub.state = state
     sub.state_reason = reason
     held = hold_waiting(sub)
@@ -84,6 +143,7 @@ def enable(sub: Subscription) -> int:
 
 
 def _release(sub: Subscription, action: str, detail: dict | None = None) -> int:
+    not_deleted(sub)
     now = current_app.config["CLOCK"].now()
     sub.state = SubscriptionState.ACTIVE
     sub.state_reason = None
@@ -95,6 +155,25 @@ def _release(sub: Subscription, action: str, detail: dict | None = None) -> int:
     db.session.commit()
     enqueue([work_item(sub.id, i) for i in ids])
     return len(ids)
+
+
+TEST_EVENT_TYPE = "promesa.test"
+
+
+def send_test_event(sub: Subscription) -> tuple[str, str]:
+    """A `promesa.test` event to this one endpoint through the real pipeline, whatever its type filter
+    and the team's strict catalog say. Returns (event id, delivery id)."""
+    not_deleted(sub)
+    if sub.state != SubscriptionState.ACTIVE:
+        raise ApiError(409, f"this subscription is {sub.state}: a test event would be held; resume it first")
+    event_id = new_ids("evt", 1)[0]
+    # Recorded first: ingest's commit writes it with the event, and a refused event leaves no entry.
+    audit.record("subscription.test_sent", subscription=sub, detail={"event_id": event_id})
+    ingest_many(sub.team, [EventInput(id=event_id, type=TEST_EVENT_TYPE,
+                                      data={"subscription_id": sub.id, "test": True})],
+                numbered=False, only=(sub.id, True))
+    return event_id, db.session.scalar(select(Delivery.id).join(Event, Event.key == Delivery.event_key)
+                                       .where(Event.team_id == sub.team_id, Event.id == event_id))
 
 
 # Named deliveries may be re-sent whether they died or succeeded (a receiver that lost its data);
@@ -111,8 +190,11 @@ def restart(*where, replay_id: str | None = None) -> list[tuple[str, str, str]]:
     subscription_state = select(Subscription.state).where(Subscription.id == Delivery.subscription_id) \
         .scalar_subquery()
     target = case((subscription_state == SubscriptionState.ACTIVE, DeliveryState.PENDING), else_=DeliveryState.HELD)
+    # A deleted subscription's dead letters stay as they are: nothing more is sent to it, even by a bulk replay.
+    not_deleted_subscription = select(Subscription.deleted_at).where(Subscription.id == Delivery.subscription_id) \
+        .scalar_subquery().is_(None)
     rows = db.session.execute(
-        update(Delivery).where(*where)
+        update(Delivery).where(*where, not_deleted_subscription)
         .values(state=target, next_attempt_at=now, updated_at=now, retry_base=Delivery.attempt_count,
                 schedule_started_at=now, replay_id=replay_id,
                 dead_lettered_at=None, succeeded_at=None, lease_token=None, lease_expires_at=None)
@@ -129,6 +211,7 @@ def enqueue_restarted(restarted: list[tuple[str, str, str]]) -> None:
 
 def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
     """Send again, with a fresh retry schedule: named deliveries (dead or succeeded), or every dead letter."""
+    not_deleted(sub)
     states = RESENDABLE if delivery_ids is not None else (DeliveryState.DEAD,)
     where = [Delivery.subscription_id == sub.id, Delivery.state.in_(states)]
     if delivery_ids is not None:
@@ -163,6 +246,7 @@ def deliveries_page(sub: Subscription, state: str | None, before: str | None, li
 
 
 def for_team(team: Team, subscription_id: str) -> Subscription | None:
+    """The team's subscription, deleted or not (a deleted one's history stays readable)."""
     return db.session.scalar(select(Subscription).where(Subscription.id == subscription_id,
                                                         Subscription.team_id == team.id))
 
@@ -173,4 +257,6 @@ def describe(sub: Subscription) -> dict:
             "retry_policy": sub.retry_policy, "signature_scheme": sub.signature_scheme, "state": sub.state,
             "state_reason": sub.state_reason, "connect_timeout": sub.connect_timeout,
             "attempt_timeout": sub.attempt_timeout, "max_age_seconds": sub.max_age_seconds,
-            "created_at": iso(sub.created_at)}
+            "rate_limit_per_s": sub.rate_limit_per_s, "max_in_flight": sub.max_in_flight,
+            "signing_secrets": rotation.signing_json(sub, current_app.config["CLOCK"].now()),
+            "created_at": iso(sub.created_at), "deleted_at": iso(sub.deleted_at)}

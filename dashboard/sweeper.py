@@ -14,10 +14,10 @@ import time
 
 from sqlalchemy import or_, select
 
-from . import incidents
+from . import incidents, rotation
 from .clock import unix
 from .extensions import db
-from .models import Delivery, DeliveryState
+from .models import Delivery, DeliveryState, Subscription
 from .outages import REDIS_AWAY, redis_outage
 from .queue import WorkQueue, work_item
 
@@ -51,11 +51,29 @@ def sweep_once(app, clock=None) -> int:
             if lost:
                 work.push(lost)
                 found += len(lost)
+        # Previous secrets whose grace has ended are deleted (they already sign nothing).
+        rotation.delete_expired(now)
+        cancelled = cancel_for_deleted(now)
+        if cancelled:
+            log.warning("cancelled %d deliveries of deleted subscriptions (stored as they were deleted)", cancelled)
         db.session.remove()
     if found:
         log.warning("sweeper re-enqueued %d due deliveries that had no live job", found)
     work.kick()  # ready work left without a drain job (one that died with Redis away) gets one
     return found
+
+
+def cancel_for_deleted(now) -> int:
+    """A delivery stored while its subscription was being deleted (an ingest that routed just before) is
+    held by the worker, never sent; here it ends cancelled like the others."""
+    from .subscriptions import cancel_waiting
+
+    deleted = db.session.scalars(select(Subscription.id).where(Subscription.deleted_at.is_not(None))).all()
+    if not deleted:
+        return 0
+    cancelled = cancel_waiting(deleted, now)
+    db.session.commit()
+    return cancelled
 
 
 def promote_forever(app, stop: threading.Event, tick: float = 0.2) -> None:

@@ -84,6 +84,14 @@ MATRIX = {
     ("pages.remove_sink", "POST"): ADMIN_ONLY,
     # Loopback clients (the test client) without PROMESA_METRICS_TOKEN: tests/test_metrics.py checks the rest.
     ("metrics.metrics", "GET"): PUBLIC,
+    # Owner tools (dashboard/pages/owner_tools.py).
+    ("pages.edit_subscription", "GET"): EDIT,
+    ("pages.edit_subscription", "POST"): EDIT,
+    ("pages.rotate_secret", "POST"): EDIT,
+    ("pages.end_grace", "POST"): EDIT,
+    ("pages.delete_subscription", "POST"): EDIT,
+    ("pages.send_test_event", "POST"): EDIT,
+    ("pages.test_event_result", "GET"): TEAM_PAGE,
 }
 
 

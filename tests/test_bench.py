@@ -21,7 +21,7 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     env["PROMESA_INSTANCE_PATH"] = str(tmp_path)  # the CLI's own app must not touch ./instance
     done = subprocess.run(
         [sys.executable, "-m", "dashboard.cli", "bench", "--events", "20", "--workers", "2", "--replay", "20",
-         "--dashboard", "--dashboard-attempts", "200", "--timeout", "60", "--json"],
+         "--dashboard", "--dashboard-attempts", "200", "--rate-limit", "5", "--timeout", "60", "--json"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -40,6 +40,9 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     assert result["dashboard"]["subscriptions"] == 100 and result["dashboard"]["dead_letters"] == 100  # the one event round: dead
     assert result["dashboard"]["dead_letter_counts"]["all"]["matching"] > 0
     assert "deliveries/s" in done.stdout and "ratio pipeline/raw" in done.stdout
+    throttled = result["throttled"]  # the rate-limited endpoint beside the healthy one
+    assert throttled["received"] >= 1 and throttled["busiest_second"] <= 5 + 1
+    assert "rate-limited endpoint (5/s)" in done.stdout
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from pathlib import Path
 
 import pytest
 from werkzeug.serving import make_server
@@ -118,3 +119,43 @@ def test_the_overview_polls_under_the_content_security_policy(app, producer, rec
     assert "appeared while watching" in page.locator("#subscriptions").inner_text()
     assert page.locator("style").count() == 0  # htmx injected no inline style
     assert_no_csp_violations(page)
+
+
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "test-output" / "screenshots"
+
+
+def test_an_owner_rotates_a_secret_and_sees_it_once(app, producer, receiver, clock, users, live_url, browser_page):
+    sub = producer.subscribe(receiver.url + "/ok")
+    page = browser_page
+    page.goto(live_url + "/login")
+    page.fill("input[name=email]", "owner@example.com")
+    page.fill("input[name=password]", "pw-owner")
+    page.click("button[type=submit]")
+    page.goto(live_url + f"/subscriptions/{sub['id']}")
+    assert "Signing with one secret" in page.locator(".owner-tools .signing").inner_text()
+
+    page.select_option("select[name=grace_seconds]", "3600")
+    page.click("button:text('Rotate secret')")  # htmx: the answer lands in the panel, the URL stays
+    shown = page.locator("#new-secret").inner_text().strip()
+    from dashboard import crypto
+    from dashboard.extensions import db
+    from dashboard.models import Subscription
+
+    db.session.expire_all()
+    assert shown == crypto.decrypt(db.session.get(Subscription, sub["id"]).secret_ciphertext)
+    assert shown != sub["secret"]
+    assert "the previous one until" in page.locator(".owner-tools .signing").inner_text()  # updated in place
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "owner-rotates-a-secret.png"), full_page=True)
+
+    page.reload()  # the secret was in that answer only
+    assert page.locator("#new-secret").count() == 0 and shown not in page.content()
+    assert "the previous one until" in page.locator(".owner-tools .signing").inner_text()
+
+    page.click("button:text('Send test event')")  # the outcome appears inline once the worker has tried
+    assert "waiting for the endpoint" in page.locator(".test-result").inner_text()
+    deliver_due(app, clock)
+    page.wait_for_selector(".test-result.ok")
+    assert "HTTP 200" in page.locator(".test-result").inner_text()
+    got = receiver.requests[-1]
+    assert got.headers["X-Event-Type"] == "promesa.test" and got.headers["X-Signature"].count("v1=") == 2

@@ -8,6 +8,7 @@ from flask import current_app, g, jsonify, request
 from .. import audit, catalog
 from .. import contract as contract_service
 from .. import ingest as ingest_service
+from .. import rotation
 from .. import subscriptions as subscription_service
 from ..clock import iso
 from ..extensions import db
@@ -97,13 +98,63 @@ def create_subscription(body: schemas.SubscriptionInput):
 @bp.get("/subscriptions")
 @operation("The team's subscriptions", responses={200: schemas.SubscriptionList})
 def list_subscriptions():
-    return jsonify(data=[subscription_service.describe(s) for s in g.team.subscriptions])
+    subs = [s for s in g.team.subscriptions if s.deleted_at is None]  # deleted ones open by id only
+    return jsonify(data=[subscription_service.describe(s) for s in subs])
 
 
 @bp.get("/subscriptions/<subscription_id>")
 @operation("One subscription", responses={200: schemas.Subscription})
 def get_subscription(subscription_id):
     return jsonify(subscription_service.describe(subscription_or_404(subscription_id)))
+
+
+@bp.patch("/subscriptions/<subscription_id>")
+@operation("Edit: url (checked as at creation), event types and versions, retry policy, timeouts, description, "
+           "rate limit, in-flight cap; only the fields given change, and the audit log keeps before and after. "
+           "The signature scheme cannot change", body=schemas.SubscriptionEdit,
+           responses={200: schemas.Subscription}, errors=(409, 422))
+def edit_subscription(subscription_id, body: schemas.SubscriptionEdit):
+    sub = subscription_or_404(subscription_id)
+    subscription_service.edit(sub, body)
+    return jsonify(subscription_service.describe(sub))
+
+
+@bp.delete("/subscriptions/<subscription_id>")
+@operation("Delete: nothing more is attempted, waiting deliveries end cancelled, the history stays readable",
+           responses={200: schemas.Deleted}, errors=(409,))
+def delete_subscription(subscription_id):
+    sub = subscription_or_404(subscription_id)
+    cancelled = subscription_service.delete(sub)
+    return jsonify(subscription_service.describe(sub) | {"cancelled": cancelled})
+
+
+@bp.post("/subscriptions/<subscription_id>/rotate-secret")
+@operation("Rotate the signing secret; the new one is shown in this answer only. During the grace both sign "
+           "every delivery (X-Signature: t=…,v1=<new>,v1=<old>; Standard Webhooks: v1,<new> v1,<old>); at most "
+           "two secrets sign", body=schemas.RotateInput, body_required=False,
+           responses={200: schemas.SubscriptionWithSecret}, errors=(409,))
+def rotate_secret(subscription_id, body: schemas.RotateInput):
+    sub = subscription_or_404(subscription_id)
+    secret = rotation.rotate(sub, body.grace_seconds)
+    return jsonify(subscription_service.describe(sub) | {"secret": secret})
+
+
+@bp.post("/subscriptions/<subscription_id>/end-grace")
+@operation("End a rotation's grace now: only the newest secret signs; the previous one is deleted",
+           responses={200: schemas.Subscription}, errors=(409,))
+def end_grace(subscription_id):
+    sub = subscription_or_404(subscription_id)
+    subscription_service.not_deleted(sub)
+    rotation.end_grace(sub)
+    return jsonify(subscription_service.describe(sub))
+
+
+@bp.post("/subscriptions/<subscription_id>/test")
+@operation("Send a promesa.test event to this endpoint alone, through the real pipeline (whatever its type "
+           "filter and the catalog's strict mode say)", responses={202: schemas.TestSent}, errors=(409,))
+def send_test_event(subscription_id):
+    event_id, delivery_id = subscription_service.send_test_event(subscription_or_404(subscription_id))
+    return jsonify(event_id=event_id, delivery_id=delivery_id), 202
 
 
 @bp.get("/subscriptions/<subscription_id>/contract")
@@ -114,7 +165,7 @@ def subscription_contract(subscription_id):
 
 
 @bp.post("/subscriptions/<subscription_id>/pause")
-@operation("Pause: deliveries are held, nothing is dropped", responses={200: schemas.Subscription})
+@operation("Pause: deliveries are held, nothing is dropped", responses={200: schemas.Subscription}, errors=(409,))
 def pause_subscription(subscription_id):
     sub = subscription_or_404(subscription_id)
     subscription_service.pause(sub)
@@ -122,7 +173,7 @@ def pause_subscription(subscription_id):
 
 
 @bp.post("/subscriptions/<subscription_id>/resume")
-@operation("Resume: held deliveries are sent", responses={200: schemas.Resumed})
+@operation("Resume: held deliveries are sent", responses={200: schemas.Resumed}, errors=(409,))
 def resume_subscription(subscription_id):
     sub = subscription_or_404(subscription_id)
     released = subscription_service.resume(sub)
@@ -131,7 +182,7 @@ def resume_subscription(subscription_id):
 
 @bp.post("/subscriptions/<subscription_id>/replay")
 @operation("Replay every dead letter, or re-send the given dead or succeeded deliveries, with a fresh "
-           "retry schedule", body=schemas.ReplayInput, body_required=False, responses={202: schemas.Replayed})
+           "retry schedule", body=schemas.ReplayInput, body_required=False, responses={202: schemas.Replayed}, errors=(409,))
 def replay_subscription(subscription_id, body: schemas.ReplayInput):
     """Replays the subscription's dead letters, or re-sends the given dead or succeeded deliveries."""
     sub = subscription_or_404(subscription_id)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import datetime as dt
 import logging
 import random
@@ -39,11 +40,13 @@ import aiohttp
 from sqlalchemy import ARRAY, String, and_, any_, bindparam, case, func, or_, select, update
 
 from .. import crypto, outcomes
+from ..rotation import previous_signs
 from ..clock import from_unix, unix
 from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, SubscriptionState
 from ..outages import REDIS_AWAY, retry_on_lost_connection
 from . import http
 from .policies import Decision, Outcome, decide, policy_for
+from .ratelimit import RateLimiter, at_turn
 from .targets import PublicOnlyResolver
 from ..queue import split_item, work_item
 
@@ -113,7 +116,9 @@ def _claim(array: bool):
 # The claim unpacks rows by position: these follow Claimed's fields from event_id on.
 _SENDING_COLUMNS = (E.c.id.label("event_id"), E.c.type, E.c.created_at, E.c.body, S.c.id.label("subscription_id"),
                     S.c.state, S.c.url, S.c.secret_ciphertext, S.c.signature_scheme, S.c.retry_policy,
-                    S.c.max_age_seconds, S.c.connect_timeout, S.c.attempt_timeout)
+                    S.c.max_age_seconds, S.c.connect_timeout, S.c.attempt_timeout,
+                    S.c.previous_secret_ciphertext, S.c.previous_secret_expires_at, S.c.rate_limit_per_s,
+                    S.c.max_in_flight)
 _CLAIM = _claim(array=False).returning(D.c.id)
 _LOAD = (
     select(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at, *_SENDING_COLUMNS)
@@ -177,6 +182,11 @@ class Claimed:
     max_age_seconds: int
     connect_timeout: float
     attempt_timeout: float
+    previous_secret_ciphertext: str | None  # signs too, until previous_secret_expires_at (a rotation's grace)
+    previous_secret_expires_at: dt.datetime | None
+    rate_limit_per_s: float | None  # across all workers (delivery.ratelimit); None: no limit
+    max_in_flight: int | None  # per worker; None: PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION
+    turn: float | None = None  # unix time its rate limit lets it go, when it has one (delivery.ratelimit)
 
 
 @dataclass
@@ -187,6 +197,7 @@ class DrainStats:
     held: int = 0
     deferred: int = 0
     parked: int = 0  # left in Redis, never claimed: their subscription was saturated here
+    throttled: int = 0  # handed back to wait for their endpoint's rate limit: not attempts
     skipped: int = 0
     claims: int = 0  # claim transactions, and record transactions: deliveries per transaction is what the database feels
     records: int = 0
@@ -213,6 +224,11 @@ class DeliveryEngine:
         self._session: aiohttp.ClientSession | None = None
         self._avg_seconds: dict[str, float] = {}  # per subscription, how long a request takes here
         self._booked_until: dict[str, float] = {}  # per subscription, the latest deferred due time handed out
+        # Learned from claims: the rate limit of each subscription that has one, and in-flight caps set per
+        # subscription. Work for a subscription not in rate_limits never costs a limiter call.
+        self.limiter = RateLimiter(work.conn, cfg["PROMESA_REDIS_PREFIX"], cfg["PROMESA_RATE_LIMIT_LOOKAHEAD_SECONDS"])
+        self.rate_limits: dict[str, float] = {}
+        self.in_flight_caps: dict[str, int] = {}
         # Set from another thread (a worker asked to stop): the drain ends as at the end of its budget,
         # handing back what waits and recording what is in flight.
         self.stopping = threading.Event()
@@ -387,12 +403,19 @@ class DeliveryEngine:
             return
         conn.execute(A.insert(), [dict(zip(_ATTEMPT_COLUMNS, row)) for row in rows])
 
-    def _secret(self, item: Claimed) -> str:
-        secret = self._secrets.get(item.secret_ciphertext)
+    def _secret(self, ciphertext: str) -> str:
+        secret = self._secrets.get(ciphertext)
         if secret is None:
             with self.app.app_context():
-                secret = self._secrets[item.secret_ciphertext] = crypto.decrypt(item.secret_ciphertext)
+                secret = self._secrets[ciphertext] = crypto.decrypt(ciphertext)
         return secret
+
+    def signing_secrets(self, item: Claimed, attempted_at: dt.datetime) -> list[str]:
+        """The newest secret, then the previous one while its grace lasts (by the injected clock)."""
+        secrets = [self._secret(item.secret_ciphertext)]
+        if item.previous_secret_ciphertext and previous_signs(item.previous_secret_expires_at, attempted_at):
+            secrets.append(self._secret(item.previous_secret_ciphertext))
+        return secrets
 
     # -- the loop -------------------------------------------------------------------
     def drain(self, slot_token: str | None = None, budget_seconds: float = 30.0,
@@ -568,20 +591,81 @@ class DeliveryEngine:
         retry_on_lost_connection(write, "handing back deliveries")
         self.work.schedule(due)
 
-    def start(self, session, item: Claimed, attempted_at: dt.datetime, timestamp: int) -> asyncio.Task:
-        """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts."""
+    # -- per-subscription limits (dashboard.delivery.ratelimit) ------------------------------
+    def cap(self, subscription_id: str) -> int:
+        """Requests in flight to this subscription allowed in this worker."""
+        return self.in_flight_caps.get(subscription_id) or self.per_subscription
+
+    def learn_limits(self, items: list[Claimed]) -> None:
+        for item in items:
+            sub = item.subscription_id
+            if item.rate_limit_per_s:
+                self.rate_limits[sub] = item.rate_limit_per_s
+            elif sub in self.rate_limits:
+                del self.rate_limits[sub]
+            if item.max_in_flight:
+                self.in_flight_caps[sub] = item.max_in_flight
+            elif sub in self.in_flight_caps:
+                del self.in_flight_caps[sub]
+
+    def throttle_unclaimed(self, limited: dict[str, list[str]]) -> tuple[list[str], int]:
+        """Delivery ids of rate-limited subscriptions, before any claim: those the limiter would let go now
+        (it only looks: the turn is taken just before sending), and how many went back to Redis to wait
+        their turn (no database write: their rows stay due)."""
+        now = unix(self.clock.now())
+        go, wait = self.limiter.split({sub: (self.rate_limits[sub], [(sub, i) for i in ids])
+                                       for sub, ids in limited.items()}, now, consume=False)
+        self.work.schedule([(work_item(sub, delivery_id), when) for (sub, delivery_id), when in wait])
+        return [delivery_id for (_, delivery_id), _ in go], len(wait)
+
+    def throttle_claimed(self, limited: dict[str, list[Claimed]], token: str) -> set[str]:
+        """Claimed deliveries of rate-limited subscriptions take their turns, just before they are sent
+        (so a slow claim cannot bunch them up). Those over the rate (another worker took the turn, or the
+        first claim of the subscription) are handed back: lease released, due when the limiter says.
+        Returns their ids."""
+        now = self.clock.now()
+        go, wait = self.limiter.split({sub: (items[0].rate_limit_per_s, items) for sub, items in limited.items()},
+                                      unix(now))
+        for item, turn in go:
+            item.turn = turn
+        if not wait:
+            return set()
+        ids = [item.delivery_id for item, _ in wait]
+        with self.db_engine.begin() as conn:  # due from the earliest turn; Redis holds each one's own
+            conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token == token)
+                         .values(next_attempt_at=from_unix(min(when for _, when in wait)), updated_at=now,
+                                 lease_token=None, lease_expires_at=None))
+        self.work.schedule([(work_item(item.subscription_id, item.delivery_id), when) for item, when in wait])
+        return set(ids)
+
+    def start(self, session, item: Claimed, attempted_at: dt.datetime, timestamp: int,
+              wait: float = 0.0, gate: asyncio.Semaphore | None = None) -> asyncio.Task:
+        """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts.
+        A rate-limited one goes at its turn, `wait` seconds from now, through its endpoint's in-flight
+        `gate` (delivery.ratelimit.at_turn)."""
         try:
             headers = http.delivery_headers(
                 event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
-                attempt_number=item.attempt_number, scheme=item.scheme, secrets=[self._secret(item)],
-                timestamp=timestamp, body=item.body)
+                attempt_number=item.attempt_number, scheme=item.scheme,
+                secrets=self.signing_secrets(item, attempted_at), timestamp=timestamp, body=item.body)
         except Exception as exc:  # noqa: BLE001 - e.g. a secret that no longer decrypts: this attempt's error
             log.exception("preparing delivery %s failed", item.delivery_id)
             return asyncio.get_running_loop().create_task(http.failed(exc))
-        return asyncio.get_running_loop().create_task(http.post(
+        sending = http.post(
             session, item.url, item.body, headers, connect_timeout=item.connect_timeout,
             attempt_timeout=item.attempt_timeout, excerpt_bytes=self.excerpt_bytes,
-            allow_private=self.allow_private))
+            allow_private=self.allow_private)
+        if item.turn is not None:
+            sending = at_turn(wait, sending, functools.partial(self.retake, item), gate)
+        return asyncio.get_running_loop().create_task(sending)
+
+    def retake(self, item: Claimed) -> tuple[bool, float]:
+        """A fresh turn for a request that missed its own: (got one, seconds until it, or until asking again:
+        never long, it holds its lease meanwhile)."""
+        now = unix(self.clock.now())
+        got, first, next_at = self.limiter.admit({item.subscription_id: (item.rate_limit_per_s, 1)}, now)[
+            item.subscription_id]
+        return (True, first - now) if got else (False, min(next_at - now, max(self.limiter.lookahead, 0.05)))
 
     def now_for_starts(self) -> tuple[dt.datetime, int]:
         now = self.clock.now()
@@ -613,6 +697,8 @@ class _Run:
         # left both cores 11 - 16 % idle.
         self.claiming: asyncio.Future | None = None
         self.claiming_ids: list[str] = []
+        # Per rate-limited subscription: its in-flight cap for requests that waited for their turn.
+        self.turn_gates: dict[str, asyncio.Semaphore] = {}
 
     @property
     def local(self) -> int:
@@ -632,6 +718,7 @@ class _Run:
         """The delivery ids worth claiming now. Work for a subscription that already has its share
         in flight and waiting here goes straight back to Redis, paced, without touching the database."""
         claim, park, expected = [], [], {}
+        limited: dict[str, list[str]] = {}  # by subscription, ids that must pass its rate limit first
         admitted: Counter = Counter()
         engine = self.engine
         for item in items:
@@ -641,14 +728,21 @@ class _Run:
                     starts = self.started_at.get(sub)
                     expected[sub] = engine.expected_seconds(sub, min(starts) if starts else None)
                 load = self.per_subscription[sub] + len(self.waiting.get(sub, ())) + admitted[sub]
-                if load >= engine.per_subscription + engine.waiting_cap(expected[sub]):
+                if load >= engine.cap(sub) + engine.waiting_cap(expected[sub]):
                     park.append((sub, delivery_id))
                     continue
                 admitted[sub] += 1
+                if sub in engine.rate_limits:
+                    limited.setdefault(sub, []).append(delivery_id)
+                    continue
             claim.append(delivery_id)
         if park:
             self.stats.parked += len(park)
             await asyncio.to_thread(engine.park, park, expected)
+        if limited:  # the limiter hook: over the rate, work waits in Redis, unclaimed
+            go, waiting = await asyncio.to_thread(engine.throttle_unclaimed, limited)
+            self.stats.throttled += waiting
+            claim.extend(go)
         return claim
 
     async def take(self, ids: list[str], claimed: tuple[list[Claimed], str | None]) -> None:
@@ -657,6 +751,9 @@ class _Run:
         stats.claimed += len(items)
         stats.claims += 1
         stats.skipped += len(ids) - len(items)  # stale or duplicate ids: someone else has them, or they are done
+        engine.learn_limits(items)
+        if engine.rate_limits:
+            items = await self._throttle_claimed(items, token)
         to_hold = []
         if token is not None:
             self.lease_deadlines[token] = time.monotonic() + engine.lease_seconds * LEASE_SAFETY
@@ -664,7 +761,7 @@ class _Run:
         for item in items:
             if item.subscription_state != SubscriptionState.ACTIVE:
                 to_hold.append(item)
-            elif self.per_subscription[item.subscription_id] < engine.per_subscription:
+            elif item.turn is not None or self.per_subscription[item.subscription_id] < engine.cap(item.subscription_id):
                 self._send(item, token, now)
             else:
                 self.waiting.setdefault(item.subscription_id, deque()).append((item, token))
@@ -673,13 +770,33 @@ class _Run:
             await asyncio.to_thread(engine.hold, to_hold, token)
             stats.held += len(to_hold)
 
+    async def _throttle_claimed(self, items: list[Claimed], token: str) -> list[Claimed]:
+        """The limiter hook where work starts: claimed work of a rate-limited subscription takes its turn
+        now, or is handed back."""
+        unchecked: dict[str, list[Claimed]] = {}
+        for item in items:
+            if item.rate_limit_per_s and item.subscription_state == SubscriptionState.ACTIVE:
+                unchecked.setdefault(item.subscription_id, []).append(item)
+        if not unchecked:
+            return items
+        handed_back = await asyncio.to_thread(self.engine.throttle_claimed, unchecked, token)
+        self.stats.throttled += len(handed_back)
+        return [item for item in items if item.delivery_id not in handed_back] if handed_back else items
+
     def _send(self, item: Claimed, token: str, now: tuple[dt.datetime, int]) -> None:
         attempted_at, timestamp = now
-        task = self.engine.start(self.session, item, attempted_at, timestamp)
+        wait = 0.0 if item.turn is None else item.turn - unix(attempted_at)
+        if wait > 0:  # its rate limit's turn is a moment away: signed for then, sent then
+            attempted_at, timestamp = from_unix(item.turn), int(item.turn)
         sub = item.subscription_id
         began = time.monotonic()
-        self.per_subscription[sub] += 1
-        self.started_at.setdefault(sub, []).append(began)
+        if item.turn is None:
+            task = self.engine.start(self.session, item, attempted_at, timestamp)
+            self.per_subscription[sub] += 1
+            self.started_at.setdefault(sub, []).append(began)
+        else:  # waiting for its turn takes no in-flight place: its gate admits the endpoint's cap at once
+            gate = self.turn_gates.get(sub) or self.turn_gates.setdefault(sub, asyncio.Semaphore(self.engine.cap(sub)))
+            task = self.engine.start(self.session, item, attempted_at, timestamp, wait, gate)
         self.in_flight[task] = (item, token, attempted_at, began)
         task.add_done_callback(self._on_done)
 
@@ -701,9 +818,10 @@ class _Run:
         for task in done:
             item, token, attempted_at, began = self.in_flight.pop(task)
             sub = item.subscription_id
-            self.per_subscription[sub] -= 1
-            starts = self.started_at[sub]
-            starts.remove(began)
+            if item.turn is None:
+                self.per_subscription[sub] -= 1
+                self.started_at[sub].remove(began)
+                freed.add(sub)
             try:
                 result = task.result()  # http.post does not raise; this is the belt to its braces
             except Exception as exc:  # noqa: BLE001
@@ -713,12 +831,11 @@ class _Run:
             if not self.finished:
                 self.first_finished_at = time.monotonic()
             self.finished.append((item, token, attempted_at, result))
-            freed.add(sub)
         now = time.monotonic()
         starts_at = None
         for sub in freed:
             queue = self.waiting.get(sub)
-            while queue and self.per_subscription[sub] < self.engine.per_subscription:
+            while queue and self.per_subscription[sub] < self.engine.cap(sub):
                 item, token = queue.popleft()
                 self.waiting_total -= 1
                 if now < self.lease_deadlines[token]:

@@ -20,7 +20,7 @@ def refuse_nul():
 
 # Each module registers its routes on `bp` when imported.
 from . import (  # noqa: E402,F401
-    audit, dead_letters, deliveries, events, formatting, incidents, overview, replays, sinks, subscriptions,
+    audit, dead_letters, deliveries, events, formatting, incidents, overview, owner_tools, replays, sinks, subscriptions,
     tokens, users,
 )
 from ..charts import bar_paths  # noqa: E402

@@ -14,8 +14,8 @@ from . import bp
 
 
 def visible_subscriptions():
-    query = access.restrict(select(Subscription).options(joinedload(Subscription.team)), current_user,
-                            Subscription.team_id)
+    query = access.restrict(select(Subscription).where(Subscription.deleted_at.is_(None))  # deleted: by link only
+                            .options(joinedload(Subscription.team)), current_user, Subscription.team_id)
     return db.session.scalars(query.order_by(Subscription.created_at.desc())).all()
 
 
