@@ -2,7 +2,7 @@
 per subscription, and soft deletion
 
 Revision ID: c4e8a2f61b07
-Revises: c3f1a7e9d2b4
+Revises: c4e8b2a7d915
 Create Date: 2026-11-30 12:30:00.000000
 """
 from alembic import op
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = 'c4e8a2f61b07'
-down_revision = 'c3f1a7e9d2b4'
+down_revision = 'c4e8b2a7d915'
 branch_labels = None
 depends_on = None
 
