@@ -99,4 +99,12 @@ DEFAULTS = {
     "PROMESA_RESPONSE_EXCERPT_BYTES": 1024,
     # How long a claimed delivery stays a worker's before the sweeper may hand it to another.
     "PROMESA_LEASE_SECONDS": 120,
+    # Retention (dashboard/retention.py): succeeded deliveries, and dead letters not replayed, in days.
+    "PROMESA_RETENTION_DAYS": 30,
+    "PROMESA_DEAD_RETENTION_DAYS": 90,
+    # Pruning: deliveries per batch (one short transaction), batches of each kind per sweeper pass, and
+    # the rest after each batch as a multiple of the time it took.
+    "PROMESA_PRUNE_BATCH": 500,
+    "PROMESA_PRUNE_BATCHES_PER_PASS": 100,
+    "PROMESA_PRUNE_PAUSE_RATIO": 1.0,
 }

@@ -174,6 +174,8 @@ class Event(db.Model):
 
 
 _HAS_NEXT_ATTEMPT = text("next_attempt_at IS NOT NULL")
+_SUCCEEDED = text("state = 'succeeded'")
+_DEAD = text("state = 'dead'")
 
 
 class Delivery(db.Model):
@@ -185,6 +187,9 @@ class Delivery(db.Model):
         Index("ix_deliveries_due", "state", "next_attempt_at", postgresql_where=_HAS_NEXT_ATTEMPT,
               sqlite_where=_HAS_NEXT_ATTEMPT),
         Index("ix_deliveries_subscription_state", "subscription_id", "state", "created_at"),
+        # Retention's pruning finds the oldest settled rows of each kind without reading the rest.
+        Index("ix_deliveries_succeeded", "succeeded_at", postgresql_where=_SUCCEEDED, sqlite_where=_SUCCEEDED),
+        Index("ix_deliveries_dead", "dead_lettered_at", postgresql_where=_DEAD, sqlite_where=_DEAD),
         # Free room on each page, so a claim (lease columns only) is a heap-only update: no index entries.
         {"postgresql_with": {"fillfactor": 70}},
     )

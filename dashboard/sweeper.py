@@ -18,6 +18,7 @@ from .clock import unix
 from .extensions import db
 from .models import Delivery, DeliveryState
 from .queue import WorkQueue, work_item
+from .retention import pruner_for
 
 log = logging.getLogger(__name__)
 PAGE = 5000
@@ -49,6 +50,8 @@ def sweep_once(app, clock=None) -> int:
         db.session.remove()
     if found:
         log.warning("sweeper re-enqueued %d due deliveries that had no live job", found)
+    # Retention, bounded per pass: after the re-enqueue, which matters more.
+    pruner_for(app, clock).prune(app.config["PROMESA_PRUNE_BATCHES_PER_PASS"])
     return found
 
 
