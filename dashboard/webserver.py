@@ -16,10 +16,10 @@ def post_worker_init(worker) -> None:
     gc.freeze()
 
 
-def command(bind: str, workers: int, access_log: bool = True) -> list[str]:
-    """The gunicorn command line for the dashboard and API."""
+def command(bind: str, workers: int, access_log: bool = True, app: str = "dashboard:create_app()") -> list[str]:
+    """The gunicorn command line for the dashboard and API (`app`: another app served the same way)."""
     argv = [sys.executable, "-m", "gunicorn", "--config", "python:dashboard.webserver", "--workers", str(workers),
             "--threads", "4", "--bind", bind, "--keep-alive", "30"]
     if access_log:
         argv += ["--access-logfile", "-"]
-    return argv + ["dashboard:create_app()"]
+    return argv + [app]
