@@ -49,6 +49,9 @@ def create_app(test_config: dict | None = None) -> Flask:
     csrf.exempt(api_bp)  # the API authenticates with bearer tokens, not cookies
     app.register_blueprint(auth_bp)
     app.register_blueprint(views_bp)
+    from . import ingest_path
+
+    ingest_path.init_app(app)
     return app
 
 

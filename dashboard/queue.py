@@ -104,8 +104,13 @@ class WorkQueue:
     def for_app(cls, app=None) -> WorkQueue:
         app = app or current_app
         cfg = app.config
-        return cls(connect(app), cfg["PROMESA_REDIS_PREFIX"], cfg["PROMESA_QUEUE"], cfg["PROMESA_DRAINERS"],
-                   cfg["PROMESA_DRAIN_BUDGET_SECONDS"])
+        settings = (cfg["PROMESA_REDIS_PREFIX"], cfg["PROMESA_QUEUE"], cfg["PROMESA_DRAINERS"],
+                    cfg["PROMESA_DRAIN_BUDGET_SECONDS"])
+        # One per app and settings: every ingest asks, and building one (RQ queue, scripts) cost a fifth of a push.
+        made = app.extensions.setdefault("promesa_work_queues", {})
+        if settings not in made:
+            made[settings] = cls(connect(app), *settings)
+        return made[settings]
 
     # -- producing work -------------------------------------------------------------
     def push(self, items) -> bool:
