@@ -30,7 +30,6 @@ def sweep_once(app, clock=None) -> int:
     work = WorkQueue.for_app(app)
     now = clock.now()
     work.promote_due(unix(now))
-    queued = work.queued_ids()
     found, last_id = 0, ""
     with app.app_context():
         while True:
@@ -43,7 +42,9 @@ def sweep_once(app, clock=None) -> int:
             if not rows:
                 break
             last_id = rows[-1].id
-            lost = [work_item(r.subscription_id, r.id) for r in rows if r.id not in queued]
+            due = [work_item(r.subscription_id, r.id) for r in rows]
+            queued = work.queued_among(due)
+            lost = [item for item in due if item not in queued]
             if lost:
                 work.push(lost)
                 found += len(lost)
