@@ -706,29 +706,41 @@ def run_replay(run: Run, count: int, timeout: float) -> dict:
 def run_dashboard(run: Run, attempts: int, samples: int) -> dict:
     """Seed `attempts` attempt rows (two per delivery, over the run's subscriptions) and time the
     operator's list pages in-process with the Flask test client (server time, no network)."""
-    from .extensions import db
-    from .models import User
-
     subs = run.healthy_ids
     seeded_at = time.monotonic()
     ids = _seed(run, "seed", subs, max(1, attempts // 2), 2,
                 lambda i: "dead" if i % 20 == 0 else "scheduled" if i % 20 == 1 else "succeeded")
     seed_seconds = time.monotonic() - seeded_at
+    out = time_pages(run, dashboard_pages(subs[0], ids[len(ids) // 2], ids[len(ids) // 3]), samples)
+    return {"attempts": (max(1, attempts // 2)) * 2, "deliveries": max(1, attempts // 2),
+            "seed_seconds": round(seed_seconds, 1), "samples": samples, "pages": out}
+
+
+def dashboard_pages(subscription_id: str, middle_id: str, delivery_id: str) -> dict[str, str]:
+    """The operator's list pages for one subscription (`middle_id`: where its second page starts)."""
+    return {"index": "/", "subscription": f"/subscriptions/{subscription_id}",
+            "subscription_dead": f"/subscriptions/{subscription_id}?state=dead",
+            "subscription_page_2": f"/subscriptions/{subscription_id}?before={middle_id}",
+            "delivery": f"/deliveries/{delivery_id}"}
+
+
+def time_pages(run: Run, pages: dict[str, str], samples: int) -> dict:
+    """p50 / p95 of each page, signed in as an admin of the run's own."""
+    from .extensions import db
+    from .models import User
+
+    email = f"bench-{run.run_id}@promesa.local"
     with run.app.app_context():
-        email = f"bench-{run.run_id}@promesa.local"
-        user = User(email=email, role="admin")
-        user.set_password("bench-password")
-        db.session.add(user)
-        db.session.commit()
+        if not db.session.query(User.id).filter_by(email=email).first():
+            user = User(email=email, role="admin")
+            user.set_password("bench-password")
+            db.session.add(user)
+            db.session.commit()
         db.session.remove()
     run.app.config["WTF_CSRF_ENABLED"] = False
     client = run.app.test_client()
     with run.app.app_context():
         client.post("/login", data={"email": email, "password": "bench-password"})
-        pages = {"index": "/", "subscription": f"/subscriptions/{subs[0]}",
-                 "subscription_dead": f"/subscriptions/{subs[0]}?state=dead",
-                 "subscription_page_2": f"/subscriptions/{subs[0]}?before={ids[len(ids) // 2]}",
-                 "delivery": f"/deliveries/{ids[len(ids) // 3]}"}
         out = {}
         for name, path in pages.items():
             times = []
@@ -741,8 +753,7 @@ def run_dashboard(run: Run, attempts: int, samples: int) -> dict:
             out[name] = {"p50_ms": _round(percentile(times, 50)), "p95_ms": _round(percentile(times, 95))}
         with run.app.app_context():
             db.session.remove()
-    return {"attempts": (max(1, attempts // 2)) * 2, "deliveries": max(1, attempts // 2),
-            "seed_seconds": round(seed_seconds, 1), "samples": samples, "pages": out}
+    return out
 
 
 def _parse_receivers(spec: str | None) -> int:
