@@ -890,7 +890,9 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
     if pruning:
         click.echo(f"delivery during a prune of {pruning['rows']} deliveries: {pruning['with_prune']['deliveries_per_s']}"
                    f" deliveries/s against {pruning['without']['deliveries_per_s']} without, ratio {pruning['ratio']} "
-                   f"({pruning['pruned_during']} pruned meanwhile; the whole prune took {pruning['prune_seconds']} s)")
+                   f"({pruning['pruned_during']} pruned meanwhile; {pruning['pruned_per_s']} pruned/s over "
+                   f"{pruning['prune_seconds']} s, {pruning['left']} left when it was "
+                   f"{'stopped' if pruning['left'] else 'done'})")
     if not out["complete"]:
         click.echo("INCOMPLETE: not every delivery was recorded within the timeout", err=True)
     if as_json:
