@@ -56,6 +56,9 @@ def create_app(test_config: dict | None = None) -> ReconnectingFlask:
     app.register_blueprint(auth_bp)
     app.register_blueprint(pages_bp)
     app.register_blueprint(metrics_bp)
+    from . import ingest_path
+
+    ingest_path.init_app(app)
     return app
 
 

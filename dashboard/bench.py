@@ -174,9 +174,9 @@ def raw_baseline(jobs: list[tuple[str, str, str]], processes: int, in_flight: in
 
 # -- the publisher ----------------------------------------------------------------------------
 async def _publish(url: str, token: str, count: int, concurrency: int, rate: float | None,
-                   batch: int = 1) -> tuple[dict[str, float], int, float, float]:
-    """POST `count` events, one per request or `batch` per request to /events/batch;
-    returns ({event id: publish time}, errors, first publish, last answer)."""
+                   batch: int = 1, types: int = 0) -> tuple[dict[str, float], int, float, float]:
+    """POST `count` events, one per request or `batch` per request to /events/batch (`types`: spread over
+    that many event types, bench.s0 ...); returns ({event id: publish time}, errors, first publish, last answer)."""
     import aiohttp
 
     sent: dict[str, float] = {}
@@ -188,7 +188,8 @@ async def _publish(url: str, token: str, count: int, concurrency: int, rate: flo
         gate = asyncio.Semaphore(concurrency)
 
         def event(i: int) -> dict:
-            return {"type": "bench.ping", "data": {"resource_id": f"r_{i}", "resource_version": 1}}
+            return {"type": f"bench.s{i % types}" if types else "bench.ping",
+                    "data": {"resource_id": f"r_{i}", "resource_version": 1}}
 
         async def one(first: int):
             nonlocal errors
@@ -280,6 +281,8 @@ class Run:
         self.receiver_proc = None
         self.app = None
         self.redis = None
+        self.team_ids: list[int] = []
+        self.workers_started = False
         self._embedded = None
 
     # setup ---------------------------------------------------------------------------------
@@ -347,6 +350,7 @@ class Run:
             self.children.append(subprocess.Popen([sys.executable, "-m", "dashboard.cli", "worker"],
                                                   env=self.env, stdout=log, stderr=subprocess.STDOUT))
         self._wait_workers()
+        self.workers_started = True
         self.log(f"workers ready: pids {' '.join(str(p.pid) for p in self.children[-self.workers:])}")
 
     def _wait_workers(self):
@@ -365,22 +369,26 @@ class Run:
                     raise click.ClickException(f"a child exited with {proc.returncode}; see logs in {self.tmp}")
             time.sleep(0.1)
 
-    def make_team(self, healthy: int, slow: int, rate_limit: float | None = None) -> None:
+    def make_team(self, healthy: int, slow: int, rate_limit: float | None = None, typed: bool = False) -> None:
+        """A team of its own with `healthy` endpoints answering at once and `slow` slow ones; `typed`:
+        healthy endpoint k takes only event type bench.s<k> (each event goes to one of them)."""
         from .extensions import db
         from .models import ApiToken, Team
 
         with self.app.app_context():
-            team = Team(name=f"bench-{self.run_id}")
+            team = Team(name=f"bench-{self.run_id}-{len(self.team_ids)}")
             token, self.token = ApiToken.issue(team)
             db.session.add_all([team, token])
             db.session.commit()
             self.team_id = team.id
+            self.team_ids.append(team.id)
             client = self.app.test_client()
             auth = {"Authorization": f"Bearer {self.token}"}
             self.healthy_ids, self.slow_ids = [], []
             for i in range(healthy + slow):
                 url = f"{self.receiver_url}/ok/{i}" if i < healthy else f"{self.receiver_url}/slow/{i}"
-                resp = client.post("/api/v1/subscriptions", json={"url": url}, headers=auth)
+                fields = {"url": url} | ({"event_types": [f"bench.s{i}"]} if typed and i < healthy else {})
+                resp = client.post("/api/v1/subscriptions", json=fields, headers=auth)
                 if resp.status_code != 201:
                     raise click.ClickException(f"could not subscribe: {resp.get_json()}")
                 (self.healthy_ids if i < healthy else self.slow_ids).append(resp.get_json()["id"])
@@ -406,15 +414,16 @@ class Run:
             db.session.remove()
         return n
 
-    def wait_recorded(self, expected: int, timeout: float) -> tuple[int, float]:
-        """Wait until `expected` healthy deliveries are recorded as succeeded in the database. The
-        receiver's count is watched first, so the poll itself does not load the database under test."""
+    def wait_recorded(self, expected: int, timeout: float, already: int = 0) -> tuple[int, float]:
+        """Wait until `expected` more healthy deliveries than `already` are recorded as succeeded in the
+        database. The receiver's count (reset between phases) is watched first, so the poll itself does not
+        load the database under test."""
         deadline = time.monotonic() + timeout
         n = 0
         while time.monotonic() < deadline and self.receiver_counts()["ok"] < expected:
             time.sleep(0.05)
         while time.monotonic() < deadline:
-            n = self.succeeded(self.healthy_ids)
+            n = self.succeeded(self.healthy_ids) - already
             if n >= expected:
                 return n, time.time()
             time.sleep(0.01)
@@ -436,6 +445,9 @@ class Run:
 
     def receiver_counts(self) -> dict:
         return _http_json("GET", self.receiver_url + "/_stats")
+
+    def reset_receiver(self) -> None:
+        _http_json("POST", self.receiver_url + "/_reset")
 
     # teardown --------------------------------------------------------------------------------
     def __exit__(self, *exc):
@@ -495,15 +507,20 @@ class Run:
             db.engine.dispose()
 
     def _delete_team_rows(self):
+        from .extensions import db
+
+        for team_id in self.team_ids:
+            self._delete_rows_of(team_id)
+        with self.app.app_context():
+            db.engine.dispose()
+
+    def _delete_rows_of(self, team_id: int) -> None:
         from sqlalchemy import delete, select
 
         from . import bench_pages
         from .extensions import db
         from .models import ApiToken, Attempt, Delivery, Event, Subscription, Team
 
-        team_id = getattr(self, "team_id", None)
-        if team_id is None:
-            return
         with self.app.app_context():
             subs = select(Subscription.id).where(Subscription.team_id == team_id)
             deliveries = select(Delivery.id).where(Delivery.subscription_id.in_(subs))
@@ -516,7 +533,6 @@ class Run:
             db.session.execute(delete(Team).where(Team.id == team_id))
             db.session.commit()
             db.session.remove()
-            db.engine.dispose()
 
 
 @contextlib.contextmanager
@@ -533,16 +549,23 @@ def _patched_environ(env: dict):
 
 # -- the runs ---------------------------------------------------------------------------------
 def run_pipeline(run: Run, events: int, publishers: int, rate: float | None, timeout: float,
-                 preload: bool, batch: int = 1) -> dict:
-    healthy = len(run.healthy_ids)
+                 preload: bool, batch: int = 1, typed: bool = False) -> dict:
+    """One phase: publish `events`, wait until every delivery is recorded. `typed`: each event goes to one
+    of the healthy endpoints (make_team(typed=True)) instead of to each of them."""
+    healthy = 1 if typed else len(run.healthy_ids)
     expected = events * healthy
-    if not preload:
+    already = run.succeeded(run.healthy_ids) if run.workers_started else 0
+    run.reset_receiver()
+    if preload and run.workers_started:
+        raise click.UsageError("--preload needs the workers stopped: it cannot follow another phase")
+    if not preload and not run.workers_started:
         run.start_workers()
     sent, errors, first, last_answer = asyncio.run(
-        _publish(run.web_url + "/api/v1/events", run.token, events, publishers, rate, batch=batch))
+        _publish(run.web_url + "/api/v1/events", run.token, events, publishers, rate, batch=batch,
+                 types=len(run.healthy_ids) if typed else 0))
     if preload:
         run.start_workers()
-    recorded, done = run.wait_recorded(len(sent) * healthy, timeout)
+    recorded, done = run.wait_recorded(len(sent) * healthy, timeout, already)
     received = run.received()
     published_at = first
     if preload:  # the clock starts when the first delivery arrives: this measures delivery alone
@@ -566,6 +589,39 @@ def run_pipeline(run: Run, events: int, publishers: int, rate: float | None, tim
         "latency_ms": {f"p{q}": _round(percentile(latencies, q)) for q in (50, 95, 99)}
         | {"max": _round(max(latencies) if latencies else None)},
     }
+
+
+def run_ingest_baseline(run: Run, events: int, publishers: int) -> dict:
+    """The least a Flask view can do per event (dashboard.bench_baseline), served the same way as the
+    API (gunicorn, the same settings and processes), against the same database, under the same publisher."""
+    import sqlalchemy as sa
+
+    from .bench_baseline import baseline_table
+    from .extensions import db
+    from .webserver import command
+
+    name = f"bench_ingest_baseline_{run.run_id}"
+    with run.app.app_context():
+        table = baseline_table(name)
+        table.create(db.engine)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(run.tmp / "baseline.log", "wb")
+    proc = subprocess.Popen(command(f"127.0.0.1:{port}", run.web_workers, access_log=False,
+                                    app="dashboard.bench_baseline:create_app()"),
+                            env=dict(run.env, PROMESA_BENCH_BASELINE_TABLE=name), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_http(url + "/ready", START_TIMEOUT_SECONDS, [proc])
+        sent, errors, first, last = asyncio.run(_publish(url + "/api/v1/events", "-", events, publishers, None))
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        with run.app.app_context():
+            with db.engine.begin() as conn:
+                stored = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
+            table.drop(db.engine)
+    return {"events": events, "accepted": len(sent), "errors": errors, "stored": stored,
+            "seconds": round(last - first, 3), "per_s": round(len(sent) / (last - first), 1) if last > first else None}
 
 
 def _round(value):
@@ -720,6 +776,46 @@ def run_dashboard(run: Run, attempts: int, samples: int) -> dict:
     return bench_pages.run_dashboard(run, attempts, samples)
 
 
+def dashboard_pages(subscription_id: str, middle_id: str, delivery_id: str) -> dict[str, str]:
+    """The operator's list pages for one subscription (`middle_id`: where its second page starts)."""
+    return {"index": "/", "subscription": f"/subscriptions/{subscription_id}",
+            "subscription_dead": f"/subscriptions/{subscription_id}?state=dead",
+            "subscription_page_2": f"/subscriptions/{subscription_id}?before={middle_id}",
+            "delivery": f"/deliveries/{delivery_id}"}
+
+
+def time_pages(run: Run, pages: dict[str, str], samples: int) -> dict:
+    """p50 / p95 of each page, signed in as an admin of the run's own."""
+    from .extensions import db
+    from .models import User
+
+    email = f"bench-{run.run_id}@promesa.local"
+    with run.app.app_context():
+        if not db.session.query(User.id).filter_by(email=email).first():
+            user = User(email=email, role="admin")
+            user.set_password("bench-password")
+            db.session.add(user)
+            db.session.commit()
+        db.session.remove()
+    run.app.config["WTF_CSRF_ENABLED"] = False
+    client = run.app.test_client()
+    with run.app.app_context():
+        client.post("/login", data={"email": email, "password": "bench-password"})
+        out = {}
+        for name, path in pages.items():
+            times = []
+            for _ in range(samples):
+                began = time.perf_counter()
+                resp = client.get(path)
+                times.append((time.perf_counter() - began) * 1000)
+                if resp.status_code != 200:
+                    raise click.ClickException(f"{path} answered {resp.status_code}")
+            out[name] = {"p50_ms": _round(percentile(times, 50)), "p95_ms": _round(percentile(times, 95))}
+        with run.app.app_context():
+            db.session.remove()
+    return out
+
+
 def _parse_receivers(spec: str | None) -> int:
     if not spec:
         return 0
@@ -752,6 +848,18 @@ def _parse_receivers(spec: str | None) -> int:
 @click.option("--rate-limit", "rate_limit", type=float, default=None,
               help="one more endpoint, as fast as the healthy ones, with this rate limit (deliveries/s): "
                    "shows its busiest second; compare the healthy figures with a run without it")
+@click.option("--no-ingest-baseline", is_flag=True,
+              help="skip the ingest baseline (a bare Flask view inserting one row, served the same way)")
+@click.option("--ingest-alone", is_flag=True,
+              help="first publish the same events with the workers stopped (ingest alone), then end to end")
+@click.option("--prune-rows", default=0, show_default=True,
+              help="also seed this many prunable settled deliveries and time delivery during a prune vs without")
+@click.option("--scale", is_flag=True,
+              help="instead: throughput at 1, 10, 100, 1000 subscriptions and with --scale-settled settled "
+                   "deliveries in the tables, the dashboard's p95, and one sweeper pass at --scale-due due ids")
+@click.option("--scale-settled", default=1_000_000, show_default=True)
+@click.option("--scale-due", default=100_000, show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="with --scale: write an SVG plot here")
 @click.option("--slow-seconds", default=SLOW_DEFAULT_SECONDS, show_default=True,
               help="how long a slow endpoint takes to answer")
 @click.option("--timeout", "timeout", default=300.0, show_default=True,
@@ -759,7 +867,8 @@ def _parse_receivers(spec: str | None) -> int:
 @click.option("--keep", is_flag=True, help="keep the temporary folder and the run's database rows")
 @click.option("--json", "as_json", is_flag=True, help="also print the result as one JSON object on the last line")
 def bench_command(events, workers, receivers, healthy, rate, publishers, batch, web_workers, preload, replay, dashboard,
-                  dashboard_attempts, no_raw, rate_limit, slow_seconds, timeout, keep, as_json):
+                  dashboard_attempts, no_raw, rate_limit, no_ingest_baseline, ingest_alone, prune_rows, scale,
+                  scale_settled, scale_due, plot, slow_seconds, timeout, keep, as_json):
     """Deliveries/s, publish->receive latency and a raw HTTP baseline, measured in one run."""
     slow = _parse_receivers(receivers)
     if events < 1 or workers < 1 or healthy < 1 or publishers < 1 or not 1 <= batch <= 500:
@@ -769,27 +878,47 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
     def log(message):
         click.echo(message, err=True)
 
+    if scale:
+        from .bench_scale import scale_command
+
+        return scale_command(events, workers, web_workers, publishers, batch, scale_settled, scale_due, plot,
+                             slow_seconds, timeout, keep, as_json, log)
     started = dt.datetime.now(dt.timezone.utc)
     with Run(workers, web_workers, slow_seconds, keep, log) as run:
         run.make_team(healthy, slow, rate_limit)
         log(f"bench {run.run_id}: {events} events x {healthy} healthy + {slow} slow endpoints"
             f"{f' + 1 limited to {rate_limit:g}/s' if rate_limit else ''}, "
             f"{workers} workers, {run.database} + {run.redis_kind}")
-        result = run_pipeline(run, events, publishers, rate, timeout, preload, batch)
+        baseline = run_ingest_baseline(run, events, publishers) if batch == 1 and not no_ingest_baseline else None
+        alone = run_pipeline(run, events, publishers, None, timeout, True, batch) if ingest_alone else None
+        result = run_pipeline(run, events, publishers, rate, timeout, preload and not alone, batch)
         counts = run.receiver_counts()
         result["slow_requests"] = counts["slow"]
         result["throttled"] = throttled_result(run, rate_limit) if rate_limit else None
         raw = None if no_raw else run_raw(run)
         replayed = run_replay(run, replay, timeout) if replay else None
         dashboard_result = run_dashboard(run, dashboard_attempts, 30) if dashboard else None
+        if prune_rows:
+            from .bench_scale import run_prune
+
+            pruning = run_prune(run, prune_rows, events, publishers, timeout, batch)
+        else:
+            pruning = None
         config = run.app.config
+    ingest = (alone or result)["ingest_events_per_s"]
     out = {
         "started_at": started.isoformat(timespec="seconds"), "database": run.database, "redis": run.redis_kind,
         "workers": workers, "web_workers": web_workers, "publishers": publishers, "rate": rate, "batch": batch,
         "healthy_endpoints": healthy, "slow_endpoints": slow, "preload": preload, "cpus": os.cpu_count(),
         "max_in_flight": config["PROMESA_MAX_IN_FLIGHT"], "drainers": config["PROMESA_DRAINERS"],
         **result,
-        "raw": raw, "replay": replayed, "dashboard": dashboard_result,
+        "raw": raw, "replay": replayed, "dashboard": dashboard_result, "prune": pruning,
+        "ingest_baseline": baseline, "ingest_baseline_per_s": baseline and baseline["per_s"],
+        # Promesa's ingest (alone when measured alone) over the bare view's, same run, same publisher.
+        "ingest_ratio": round(ingest / baseline["per_s"], 3) if baseline and baseline["per_s"] and ingest else None,
+        "ingest_alone": alone,
+        "end_to_end_over_ingest_alone": round(result["deliveries_per_s"] / alone["ingest_events_per_s"], 3)
+        if alone and alone["ingest_events_per_s"] and result["deliveries_per_s"] else None,
         "ratio": round(result["deliveries_per_s"] / raw["per_s"], 3)
         if raw and raw["per_s"] and result["deliveries_per_s"] else None,
     }
@@ -799,6 +928,15 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                f"(ingest {out['ingest_events_per_s']} events/s over {out['publish_seconds']} s)")
     click.echo(f"latency publish->receive: p50 {lat['p50']} ms  p95 {lat['p95']} ms  p99 {lat['p99']} ms  "
                f"max {lat['max']} ms")
+    if alone:
+        click.echo(f"ingest alone (workers stopped): {alone['ingest_events_per_s']} events/s; then delivery alone "
+                   f"{alone['deliveries_per_s']} deliveries/s")
+    if baseline:
+        click.echo(f"ingest baseline (bare Flask view, one INSERT): {baseline['per_s']} requests/s; Promesa's "
+                   f"{'ingest alone' if alone or preload else 'ingest'} {ingest} events/s = "
+                   f"ratio {out['ingest_ratio']}")
+    if alone:
+        click.echo(f"end to end / ingest alone: {out['end_to_end_over_ingest_alone']}")
     if slow:
         click.echo(f"slow endpoints: {slow}, requests they received: {out['slow_requests']}")
     if out["throttled"]:
@@ -824,6 +962,12 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
         click.echo("dead-letter count for a filter:")
         for name, t in dashboard_result["dead_letter_counts"].items():
             click.echo(f"  {name:26s} p50 {t['p50_ms']} ms  p95 {t['p95_ms']} ms  ({t['matching']} matching)")
+    if pruning:
+        click.echo(f"delivery during a prune of {pruning['rows']} deliveries: {pruning['with_prune']['deliveries_per_s']}"
+                   f" deliveries/s against {pruning['without']['deliveries_per_s']} without, ratio {pruning['ratio']} "
+                   f"({pruning['pruned_during']} pruned meanwhile; {pruning['pruned_per_s']} pruned/s over "
+                   f"{pruning['prune_seconds']} s, {pruning['left']} left when it was "
+                   f"{'stopped' if pruning['left'] else 'done'})")
     if not out["complete"]:
         click.echo("INCOMPLETE: not every delivery was recorded within the timeout", err=True)
     if as_json:

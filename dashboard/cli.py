@@ -1,4 +1,4 @@
-"""The `promesa` command: up, web, worker, sweep, users, tokens, sinks, db, bench."""
+"""The `promesa` command: up, web, worker, sweep, prune, users, tokens, sinks, db, bench."""
 
 from __future__ import annotations
 
@@ -140,6 +140,22 @@ def sweep(once):
         click.echo(f"re-enqueued {sweep_once(app)} deliveries")
         return
     sweep_forever(app, app.config["PROMESA_SWEEP_INTERVAL_SECONDS"])
+
+
+@cli.command()
+@click.option("--pause-ratio", type=float, default=None,
+              help="rest after each batch, as a multiple of its time (default PROMESA_PRUNE_PAUSE_RATIO)")
+def prune(pause_ratio):
+    """Delete what retention no longer keeps, in small batches, until nothing is left."""
+    from .retention import Pruner
+
+    pruner = Pruner(current_app._get_current_object())
+    if pause_ratio is not None:
+        pruner.pause_ratio = pause_ratio
+    pruned = pruner.prune()
+    click.echo(f"pruned {pruned.deliveries} deliveries, {pruned.attempts} attempts and {pruned.events} events "
+               f"in {pruned.batches} batches (kept: succeeded {pruner.policy.succeeded_days} days, "
+               f"dead letters {pruner.policy.dead_days} days unless replayed)")
 
 
 @cli.command()

@@ -125,4 +125,12 @@ DEFAULTS = {
     "PROMESA_METRICS_TOKEN": "",
     # /metrics: this many subscriptions get series of their own; the rest are summed as "other".
     "PROMESA_METRICS_SUBSCRIPTION_LABELS": 50,
+    # Retention (dashboard/retention.py): succeeded deliveries, and dead letters not replayed, in days.
+    "PROMESA_RETENTION_DAYS": 30,
+    "PROMESA_DEAD_RETENTION_DAYS": 90,
+    # Pruning: deliveries per batch (one short transaction), batches of each kind per sweeper pass, and
+    # the rest after each batch as a multiple of the time it took.
+    "PROMESA_PRUNE_BATCH": 500,
+    "PROMESA_PRUNE_BATCHES_PER_PASS": 100,
+    "PROMESA_PRUNE_PAUSE_RATIO": 1.0,
 }

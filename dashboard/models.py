@@ -217,6 +217,7 @@ _HAS_NEXT_ATTEMPT = text("next_attempt_at IS NOT NULL")
 _IS_DEAD = text("state = 'dead'")
 _DEAD_LETTER_FILTERED = ["subscription_id", "event_key", "last_status_code", "last_error"]
 _REPLAYED = text("replay_id IS NOT NULL")
+_SUCCEEDED = text("state = 'succeeded'")
 
 
 class Delivery(db.Model):
@@ -236,6 +237,9 @@ class Delivery(db.Model):
               postgresql_where=_IS_DEAD, sqlite_where=_IS_DEAD, postgresql_include=_DEAD_LETTER_FILTERED[1:]),
         # A replay's outcomes so far: its deliveries by state.
         Index("ix_deliveries_replay", "replay_id", "state", postgresql_where=_REPLAYED, sqlite_where=_REPLAYED),
+        # Retention's pruning finds the oldest succeeded rows without reading the rest (the oldest dead
+        # ones come from ix_deliveries_dead, which leads with dead_lettered_at).
+        Index("ix_deliveries_succeeded", "succeeded_at", postgresql_where=_SUCCEEDED, sqlite_where=_SUCCEEDED),
         # Free room on each page, so a claim (lease columns only) is a heap-only update: no index entries.
         {"postgresql_with": {"fillfactor": 70}},
     )

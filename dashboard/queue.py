@@ -4,6 +4,9 @@
 - `<prefix>:ready`     list of delivery ids to attempt now
 - `<prefix>:scheduled` sorted set of delivery ids, scored by when their next attempt is due
 - `<prefix>:drainers`  sorted set of drain-job slots, scored by when the slot expires
+- `<prefix>:ready_index` sorted set of what the ready list holds, scored by when it was pushed:
+  the sweeper asks it about the due deliveries it found (ZMSCORE) instead of reading the whole list.
+  Every push and pop changes list and index in one script, so they never disagree.
 
 A drain job (`dashboard.jobs.drain`) empties the ready list in batches; at most
 PROMESA_DRAINERS of them hold a slot at once, so a burst of ingests enqueues a few
@@ -24,10 +27,13 @@ from rq import Queue
 SLOT_TTL_SECONDS = 90
 _CHUNK = 1000  # Lua's unpack() has a stack limit: push ids in chunks
 
-# KEYS: ready, drainers. ARGV: now, ttl, max drainers, slot token, ids...
+# KEYS: ready, drainers, ready index. ARGV: now, ttl, max drainers, slot token, ids...
 # Pushes the ids, then claims a drain slot if there is work and a slot is free.
 _PUSH_AND_CLAIM = """
-if #ARGV > 4 then redis.call('RPUSH', KEYS[1], unpack(ARGV, 5)) end
+if #ARGV > 4 then
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, 5))
+  for i = 5, #ARGV do redis.call('ZADD', KEYS[3], ARGV[1], ARGV[i]) end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 if redis.call('LLEN', KEYS[1]) == 0 then return 0 end
 if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[3]) then
@@ -37,14 +43,23 @@ end
 return 0
 """
 
-# KEYS: scheduled, ready. ARGV: now (unix), limit. Moves due ids to the ready list atomically.
+# KEYS: scheduled, ready, ready index. ARGV: now (unix), limit. Moves due ids to the ready list atomically.
 _PROMOTE = """
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 if #ids > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
   redis.call('RPUSH', KEYS[2], unpack(ids))
+  for i = 1, #ids do redis.call('ZADD', KEYS[3], ARGV[1], ids[i]) end
 end
 return #ids
+"""
+
+# KEYS: ready, ready index. ARGV: count. Takes up to count ids from the ready list and its index.
+_POP = """
+local ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
+if not ids then return {} end
+redis.call('ZREM', KEYS[2], unpack(ids))
+return ids
 """
 
 def work_item(subscription_id: str, delivery_id: str) -> str:
@@ -94,18 +109,26 @@ class WorkQueue:
         self.ready_key = f"{prefix}:ready"
         self.scheduled_key = f"{prefix}:scheduled"
         self.drainers_key = f"{prefix}:drainers"
+        self.ready_index_key = f"{prefix}:ready_index"
         self.max_drainers = max_drainers
         self.rq = Queue(queue_name, connection=conn)
         self.drain_budget_seconds = drain_budget_seconds
         self._push_and_claim = conn.register_script(_PUSH_AND_CLAIM)
         self._promote = conn.register_script(_PROMOTE)
+        self._pop = conn.register_script(_POP)
 
     @classmethod
     def for_app(cls, app=None) -> WorkQueue:
         app = app or current_app
         cfg = app.config
-        return cls(connect(app), cfg["PROMESA_REDIS_PREFIX"], cfg["PROMESA_QUEUE"], cfg["PROMESA_DRAINERS"],
-                   cfg["PROMESA_DRAIN_BUDGET_SECONDS"])
+        settings = (cfg["PROMESA_REDIS_PREFIX"], cfg["PROMESA_QUEUE"], cfg["PROMESA_DRAINERS"],
+                    cfg["PROMESA_DRAIN_BUDGET_SECONDS"])
+        # One per app and settings: every ingest asks, and building one (RQ queue, scripts) cost a fifth of a push.
+        made = app.extensions.setdefault("promesa_work_queues", {})
+        conn = connect(app)
+        if settings not in made or made[settings].conn is not conn:
+            made[settings] = cls(conn, *settings)
+        return made[settings]
 
     # -- producing work -------------------------------------------------------------
     def push(self, items) -> bool:
@@ -116,7 +139,7 @@ class WorkQueue:
             token = str(uuid.uuid4())
             chunk = ids[start:start + _CHUNK]
             claimed = self._push_and_claim(
-                keys=[self.ready_key, self.drainers_key],
+                keys=[self.ready_key, self.drainers_key, self.ready_index_key],
                 args=[time.time(), SLOT_TTL_SECONDS, self.max_drainers, token, *chunk])
             if claimed:
                 self._enqueue_drain(token)
@@ -136,7 +159,7 @@ class WorkQueue:
         """Move every scheduled delivery whose time has come to the ready list."""
         moved = 0
         while True:
-            n = self._promote(keys=[self.scheduled_key, self.ready_key], args=[now_unix, _CHUNK])
+            n = self._promote(keys=[self.scheduled_key, self.ready_key, self.ready_index_key], args=[now_unix, _CHUNK])
             moved += n
             if n < _CHUNK:
                 break
@@ -150,15 +173,16 @@ class WorkQueue:
 
     # -- consuming work -------------------------------------------------------------
     def pop_ready(self, count: int) -> list[str]:
-        ids = self.conn.lpop(self.ready_key, count)
-        return [i.decode() for i in ids] if ids else []
+        ids = self._pop(keys=[self.ready_key, self.ready_index_key], args=[count])
+        return [i.decode() for i in ids]
 
     def wait_ready(self, count: int, timeout: float) -> list[str]:
         """Block up to `timeout` seconds for ready work, then take up to `count` ids."""
-        got = self.conn.blpop([self.ready_key], timeout=timeout)
-        if not got:
+        # BLMOVE (head to tail of the same list) waits without taking anything: what is taken goes through
+        # pop_ready, which keeps the index in step.
+        if self.conn.blmove(self.ready_key, self.ready_key, timeout, "LEFT", "RIGHT") is None:
             return []
-        return [got[1].decode()] + (self.pop_ready(count - 1) if count > 1 else [])
+        return self.pop_ready(count)
 
     def heartbeat(self, token: str) -> None:
         self.conn.zadd(self.drainers_key, {token: time.time() + SLOT_TTL_SECONDS})
@@ -169,10 +193,13 @@ class WorkQueue:
         self.kick()
 
     # -- what the sweeper compares against ---------------------------------------------
-    def queued_ids(self) -> set[str]:
-        """The delivery ids that Redis holds, ready or scheduled."""
+    def queued_among(self, items: list[str]) -> set[str]:
+        """Which of these work items Redis holds, ready or scheduled: two ZMSCOREs, so the cost follows
+        the items asked about, not everything in Redis."""
+        if not items:
+            return set()
         pipe = self.conn.pipeline(transaction=False)
-        pipe.lrange(self.ready_key, 0, -1)
-        pipe.zrange(self.scheduled_key, 0, -1)
+        pipe.zmscore(self.ready_index_key, items)
+        pipe.zmscore(self.scheduled_key, items)
         ready, scheduled = pipe.execute()
-        return {split_item(i.decode())[1] for i in (*ready, *scheduled)}
+        return {item for item, r, s in zip(items, ready, scheduled) if r is not None or s is not None}

@@ -20,6 +20,7 @@ from .extensions import db
 from .models import Delivery, DeliveryState, Subscription
 from .outages import REDIS_AWAY, redis_outage
 from .queue import WorkQueue, work_item
+from .retention import pruner_for
 
 log = logging.getLogger(__name__)
 PAGE = 5000
@@ -34,7 +35,6 @@ def sweep_once(app, clock=None) -> int:
     # what follows) cannot hide the backlog it causes. Each of its steps logs its own failure.
     incidents.evaluate(app, now)
     work.promote_due(unix(now))
-    queued = work.queued_ids()
     found, last_id = 0, ""
     with app.app_context():
         while True:
@@ -47,7 +47,9 @@ def sweep_once(app, clock=None) -> int:
             if not rows:
                 break
             last_id = rows[-1].id
-            lost = [work_item(r.subscription_id, r.id) for r in rows if r.id not in queued]
+            due = [work_item(r.subscription_id, r.id) for r in rows]
+            queued = work.queued_among(due)
+            lost = [item for item in due if item not in queued]
             if lost:
                 work.push(lost)
                 found += len(lost)
@@ -60,6 +62,8 @@ def sweep_once(app, clock=None) -> int:
     if found:
         log.warning("sweeper re-enqueued %d due deliveries that had no live job", found)
     work.kick()  # ready work left without a drain job (one that died with Redis away) gets one
+    # Retention, bounded per pass: after the re-enqueue, which matters more.
+    pruner_for(app, clock).prune(app.config["PROMESA_PRUNE_BATCHES_PER_PASS"])
     return found
 
 

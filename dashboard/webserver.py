@@ -21,8 +21,8 @@ def post_worker_init(worker) -> None:
     gc.freeze()
 
 
-def command(bind: str, workers: int, access_log: bool = True) -> list[str]:
-    """The gunicorn command line for the dashboard and API."""
+def command(bind: str, workers: int, access_log: bool = True, app: str = "dashboard:create_app()") -> list[str]:
+    """The gunicorn command line for the dashboard and API (`app`: another app served the same way)."""
     argv = [sys.executable, "-m", "gunicorn", "--config", "python:dashboard.webserver", "--workers", str(workers),
             "--threads", "4", "--bind", bind, "--keep-alive", "30",
             # gunicorn's control socket defaults to one path in the home folder, shared by every server
@@ -30,4 +30,4 @@ def command(bind: str, workers: int, access_log: bool = True) -> list[str]:
             "--no-control-socket"]
     if access_log:
         argv += ["--access-logfile", "-"]
-    return argv + ["dashboard:create_app()"]
+    return argv + [app]

@@ -21,7 +21,8 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     env["PROMESA_INSTANCE_PATH"] = str(tmp_path)  # the CLI's own app must not touch ./instance
     done = subprocess.run(
         [sys.executable, "-m", "dashboard.cli", "bench", "--events", "20", "--workers", "2", "--replay", "20",
-         "--dashboard", "--dashboard-attempts", "200", "--rate-limit", "5", "--timeout", "60", "--json"],
+         "--dashboard", "--dashboard-attempts", "200", "--rate-limit", "5", "--ingest-alone", "--prune-rows", "40",
+         "--timeout", "60", "--json"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -31,7 +32,8 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     assert result["accepted"] == 20 and result["received"] == 20 and result["deliveries_recorded"] == 20
     assert result["deliveries_per_s"] > 0
     assert set(result["latency_ms"]) == {"p50", "p95", "p99", "max"}
-    assert result["raw"]["requests"] == 20 and result["raw"]["failed"] == 0 and result["raw"]["per_s"] > 0
+    # The raw loop POSTs every event the run's team published: both phases' here (--ingest-alone).
+    assert result["raw"]["requests"] == 40 and result["raw"]["failed"] == 0 and result["raw"]["per_s"] > 0
     assert result["ratio"] > 0
     assert result["replay"]["replayed"] == 20 and result["replay"]["delivered"] == 20
     assert set(result["dashboard"]["pages"]) >= {"overview", "subscription", "delivery", "event", "event_search_type",
@@ -43,6 +45,16 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     throttled = result["throttled"]  # the rate-limited endpoint beside the healthy one
     assert throttled["received"] >= 1 and throttled["busiest_second"] <= 5 + 1
     assert "rate-limited endpoint (5/s)" in done.stdout
+    # The ingest baseline and ingest alone, measured in the same run, and their ratios.
+    assert result["ingest_baseline"]["accepted"] == 20 and result["ingest_baseline"]["stored"] == 20
+    assert result["ingest_baseline_per_s"] > 0 and result["ingest_alone"]["accepted"] == 20
+    assert result["ingest_ratio"] == round(result["ingest_alone"]["ingest_events_per_s"]
+                                           / result["ingest_baseline_per_s"], 3)
+    assert result["end_to_end_over_ingest_alone"] > 0
+    # Delivery during a prune: every seeded row is pruned by the end, deliveries complete either way.
+    prune = result["prune"]
+    assert prune["rows"] == 40 and prune["left"] == 0 and prune["prune_exit"] == 0
+    assert prune["without"]["complete"] and prune["with_prune"]["complete"] and prune["ratio"] > 0
 
 
 @pytest.mark.slow
@@ -72,3 +84,17 @@ def test_it_benchmarks_on_postgresql_and_leaves_the_database_as_it_found_it(tmp_
                 "SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'deliveries'")).scalar()
         engine.dispose()
         assert vacuumed
+
+
+def test_the_scale_plot_is_svg_with_every_figure():
+    import xml.etree.ElementTree as ET
+
+    from dashboard.bench_scale import plot_svg
+
+    rows = [{"subscriptions": n, "deliveries_per_s": v} for n, v in ((1, 400.0), (10, 390.5), (100, 380.0),
+                                                                      (1000, 350.0))]
+    svg = plot_svg({"events": 100, "batch": 1, "by_subscriptions": rows,
+                    "history": {"settled": 2_000_000, "empty": {"deliveries_per_s": 410.0},
+                                "full": {"deliveries_per_s": 395.0}}})
+    texts = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+    assert {"400", "390", "380", "350", "410", "395", "1000", "2,000,000 settled"} <= set(texts)

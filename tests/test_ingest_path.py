@@ -1,0 +1,70 @@
+"""The one-event request's database path: on PostgreSQL one write statement, outside a transaction."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import event, func, select
+
+from dashboard.extensions import db
+from dashboard.models import Delivery, Event
+
+
+@pytest.fixture
+def statements(app):
+    """Every statement the app sends, with whether its connection was in autocommit."""
+    seen = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append((statement.split(None, 1)[0].upper(), bool(getattr(conn.connection.dbapi_connection,
+                                                                        "autocommit", False))))
+
+    event.listen(db.engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(db.engine, "before_cursor_execute", record)
+
+
+def fresh_request(producer, *args, **kwargs):
+    """As under gunicorn: the request starts with no session of its own yet."""
+    db.session.remove()
+    return producer.publish(*args, **kwargs)
+
+
+def test_an_event_and_its_deliveries_are_stored_by_one_write(app, producer, receiver, statements):
+    producer.subscribe(receiver.url + "/ok")
+    producer.subscribe(receiver.url + "/ok")
+    statements.clear()
+    accepted = fresh_request(producer)
+
+    writes = [(verb, autocommit) for verb, autocommit in statements if verb in ("INSERT", "WITH")]
+    if db.engine.dialect.name == "postgresql":
+        assert writes == [("WITH", True)]  # events and deliveries in one statement, its own transaction
+    else:
+        assert [verb for verb, _ in writes] == ["INSERT", "INSERT"]
+    assert accepted["deliveries"] == 2
+    assert db.session.scalar(select(func.count()).select_from(Delivery).where(Delivery.event_key.in_(select(Event.key).where(Event.id == accepted["id"])))) == 2
+    assert db.session.get(Event, accepted["id"]) is not None
+
+
+def test_a_repeated_key_still_answers_with_the_first_event(app, producer, receiver):
+    producer.subscribe(receiver.url + "/ok")
+    first = fresh_request(producer, headers={"Idempotency-Key": "order-1"})
+    again = fresh_request(producer, headers={"Idempotency-Key": "order-1"})
+    assert again == {"id": first["id"], "deliveries": 1, "duplicate": True}
+
+
+def test_the_connection_goes_back_to_the_pool_with_transactions(app, producer, receiver):
+    producer.subscribe(receiver.url + "/ok")
+    fresh_request(producer)
+    db.session.remove()
+    with db.engine.connect() as conn:
+        assert not getattr(conn.connection.dbapi_connection, "autocommit", False)
+
+
+def test_routing_reads_only_subscriptions_that_can_want_the_type_and_misses_none(app, producer, receiver):
+    wanted = [producer.subscribe(receiver.url + "/ok", event_types=types)["id"]
+              for types in (["a_b"], ["a*"], ["?_b"], ["[ax]_b"], ["*"], ["x.y", "a_b"])]
+    for types in (["axb"], ["a_bc"], ["x.y"], ["[xy]_b"]):  # '_' is no wildcard here, whatever LIKE thinks
+        producer.subscribe(receiver.url + "/ok", event_types=types)
+    accepted = fresh_request(producer, "a_b")
+    got = db.session.scalars(select(Delivery.subscription_id).where(Delivery.event_key.in_(select(Event.key).where(Event.id == accepted["id"])))).all()
+    assert sorted(got) == sorted(wanted)
