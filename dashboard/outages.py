@@ -60,6 +60,7 @@ class ReconnectingFlask(Flask):
 
     def dispatch_request(self):
         g.promesa_commit_sent = False
+        request.get_data()  # kept, so that a second run reads the same body (a view may read it uncached)
         try:
             return super().dispatch_request()
         except exc.DBAPIError as error:
@@ -77,6 +78,13 @@ def note_commits(engine) -> None:
     @event.listens_for(engine, "commit")
     def _commit(connection):
         if has_request_context():
+            g.promesa_commit_sent = True
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _autocommit_write(connection, cursor, statement, parameters, context, executemany):
+        # In autocommit (the single-event ingest on PostgreSQL) a write commits itself as it runs.
+        if has_request_context() and not statement.lstrip()[:6].upper() == "SELECT" \
+                and connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
             g.promesa_commit_sent = True
 
 

@@ -143,3 +143,30 @@ def test_the_web_server_opens_no_control_socket_in_the_home_folder(redis_url, tm
     finally:
         web.terminate()
         web.wait(timeout=15)
+
+
+@pytest.mark.postgres
+def test_a_request_whose_connection_dies_mid_way_runs_again_with_its_body(app, producer, receiver, database_url):
+    """The second run must read the same body: a view that read it uncached left nothing to read (a 400)."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a PostgreSQL fault")
+    producer.subscribe(receiver.url + "/ok")
+    killed = []
+
+    @sa.event.listens_for(db.engine, "before_cursor_execute")
+    def kill_once(conn, cursor, statement, parameters, context, executemany):
+        if not killed and "FROM subscriptions" in statement:  # routing: a read, after the body was parsed
+            pid = conn.connection.dbapi_connection.info.backend_pid
+            admin = sa.create_engine(database_url, poolclass=sa.pool.NullPool)
+            with admin.connect() as other:
+                killed.append(other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar())
+            admin.dispose()
+            time.sleep(0.2)
+
+    try:
+        resp = producer.post("/api/v1/events", {"type": "file.updated", "data": {"resource_id": "f_9"}})
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", kill_once)
+    assert killed == [True]
+    assert resp.status_code == 202, resp.get_json()
+    assert db.session.scalar(select(func.count()).select_from(Delivery)) == 1

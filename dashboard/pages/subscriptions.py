@@ -72,7 +72,7 @@ def pause(subscription_id):
 def resume(subscription_id):
     # Resuming releases every held delivery at once.
     sub = access.subscription_or_404(subscription_id, need=access.can_operate)
-    if sub.state == SubscriptionState.DISABLED:
+    if sub.state == SubscriptionState.DISABLED and sub.deleted_at is None:  # deleted: the service says so
         abort(409, "This subscription is disabled: enable it (its reason says why it was stopped).")
     released = subscription_service.resume(sub)
     flash(f"Resumed: {released} held deliveries are on their way.", "ok")
