@@ -32,6 +32,8 @@ NOW = dt.datetime(2026, 11, 30, 14, 0)
 # (file name, path: "{subscription}", "{event}" and "{delivery}" are the demo's worst ones)
 PAGES = [
     ("overview", "/"),
+    ("dead-letters", "/dead-letters"),
+    ("incidents", "/incidents"),
     ("subscription", "/subscriptions/{subscription}"),
     ("event", "/events/{event}"),
     ("delivery", "/deliveries/{delivery}"),
