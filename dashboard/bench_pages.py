@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import click
-
 SUBSCRIPTIONS = 100
 WEEK_MINUTES = 7 * 24 * 60
 AUDIT_ENTRIES = 20_000
@@ -153,7 +151,7 @@ def run_dashboard(run, attempts: int, samples: int) -> dict:
     import time
 
     from . import bench_dead_letters, rollup
-    from .bench import _round, percentile
+    from .bench import time_paths
     from .extensions import db
     from .models import User
 
@@ -180,18 +178,9 @@ def run_dashboard(run, attempts: int, samples: int) -> dict:
         db.session.remove()
     run.app.config["WTF_CSRF_ENABLED"] = False
     client = run.app.test_client()
-    out = {}
     with run.app.app_context():
         client.post("/login", data={"email": email, "password": "bench-password"})
-        for name, path in (pages_to_time(run, subs, deliveries) | bench_dead_letters.pages(run, client)).items():
-            times = []
-            for _ in range(samples):
-                began = time.perf_counter()
-                resp = client.get(path)
-                times.append((time.perf_counter() - began) * 1000)
-                if resp.status_code != 200:
-                    raise click.ClickException(f"{path} answered {resp.status_code}")
-            out[name] = {"p50_ms": _round(percentile(times, 50)), "p95_ms": _round(percentile(times, 95))}
+        out = time_paths(client, pages_to_time(run, subs, deliveries) | bench_dead_letters.pages(run, client), samples)
         db.session.remove()
     dead = sum(1 for i in range(deliveries) if _state_of(i, SUBSCRIPTIONS) == "dead")
     return {"attempts": deliveries * 2, "deliveries": deliveries, "dead_letters": dead, "subscriptions": SUBSCRIPTIONS,
