@@ -15,7 +15,7 @@ import redis
 from flask import current_app
 from sqlalchemy import String, Table, Text, bindparam, cast, insert, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import catalog
 from .clock import iso
@@ -215,10 +215,9 @@ def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | 
             ready.append(work_item(subscription_id, delivery_id))
     if events:
         try:
-            insert_events(events, {"team_id": team.id, "idempotency_key": idempotency_key, "created_at": now},
-                          deliveries, {"attempt_count": 0, "retry_base": 0, "next_attempt_at": now,
-                                       "created_at": now, "updated_at": now})
-            db.session.commit()
+            store_once(events, {"team_id": team.id, "idempotency_key": idempotency_key, "created_at": now},
+                       deliveries, {"attempt_count": 0, "retry_base": 0, "next_attempt_at": now,
+                                    "created_at": now, "updated_at": now})
         except IntegrityError:
             db.session.rollback()
             if numbered:
@@ -312,6 +311,30 @@ def insert_events(events: list[dict], events_same: dict, deliveries: list[dict],
     connection.exec_driver_sql(f"WITH stored_events AS ({events_sql}) {deliveries_sql}",
                                (*_unnest_parameters(plans[0], events, events_same),
                                 *_unnest_parameters(plans[1], deliveries, deliveries_same)))
+
+
+def store_once(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict) -> None:
+    """insert_events and commit, exactly once even when the connection dies under the write.
+
+    Whether a write whose connection was lost (a backend terminated, a failover) was stored is
+    unknown to the client: the statement may have committed (in autocommit it commits as it runs)
+    or not. The keys were made before the write, so a look on a new connection tells which, and
+    the write runs again only if nothing was stored."""
+    def write():
+        insert_events(events, events_same, deliveries, deliveries_same)
+        db.session.commit()
+
+    try:
+        write()
+    except DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+        db.session.rollback()
+        stored = db.session.scalar(select(Event.key).where(Event.key == events[0]["key"])) is not None
+        log.warning("ingest: the database connection was lost under the write (%s); %s", type(error.orig).__name__,
+                    "it had been stored" if stored else "writing it again on a new connection")
+        if not stored:
+            write()
 
 
 def enqueue(items: list[str]) -> None:

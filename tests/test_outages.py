@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import func, select
 
+from dashboard import ingest as ingest_module
 from dashboard.extensions import db
 from dashboard.models import Attempt, Delivery
 from dashboard.sweeper import sweep_once
@@ -170,3 +171,46 @@ def test_a_request_whose_connection_dies_mid_way_runs_again_with_its_body(app, p
     assert killed == [True]
     assert resp.status_code == 202, resp.get_json()
     assert db.session.scalar(select(func.count()).select_from(Delivery)) == 1
+
+
+def _terminate(conn) -> bool:
+    """pg_terminate_backend on this connection's server process, from another connection."""
+    pid = conn.connection.dbapi_connection.info.backend_pid
+    admin = sa.create_engine(db.engine.url, poolclass=sa.pool.NullPool)
+    with admin.connect() as other:
+        done = other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+    admin.dispose()
+    time.sleep(0.2)  # until the server has closed the socket
+    return done
+
+
+@pytest.mark.parametrize("stored_before_the_loss", [True, False], ids=["written", "not-written"])
+def test_an_ingest_write_whose_connection_dies_stores_the_event_once_and_answers_202(
+        app, producer, receiver, clock, database_url, monkeypatch, stored_before_the_loss):
+    """A write in autocommit that lost its connection may or may not have been stored; the answer is 202
+    either way, with exactly one event and one delivery (it used to be a 500 when the write had been sent)."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a PostgreSQL fault")
+    producer.subscribe(receiver.url + "/ok")
+    real_insert, lost = ingest_module.insert_events, []
+
+    def insert_then_lose_the_connection(*args):
+        connection = db.session.connection()
+        if not lost:
+            assert connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"  # the production path
+            if stored_before_the_loss:  # stored, and the answer lost with the connection
+                real_insert(*args)
+                lost.append(_terminate(connection))
+                connection.exec_driver_sql("SELECT 1")
+            lost.append(_terminate(connection))  # the write itself meets the dead connection
+        real_insert(*args)
+
+    monkeypatch.setattr(ingest_module, "insert_events", insert_then_lose_the_connection)
+    db.session.commit()  # the test's own session holds no transaction, as a web process's does not
+    resp = producer.post("/api/v1/events", {"id": "evt_once", "type": "file.updated", "data": {"resource_id": "f_1"}})
+    assert lost == [True]
+    assert resp.status_code == 202, resp.get_json()
+    assert resp.get_json()["id"] == "evt_once"
+    assert db.session.scalar(select(func.count()).select_from(Delivery)) == 1
+    deliver_due(app, clock)
+    assert len(receiver.requests) == 1
