@@ -40,7 +40,7 @@ def add(conn, counts: dict[tuple[str, dt.datetime], list[int]]) -> None:
         set_={name: T.c[name] + insert.excluded[name] for name in _COUNTERS}), rows)
 
 
-@dataclass
+@dataclass(slots=True)
 class Bucket:
     start: dt.datetime
     succeeded: int = 0

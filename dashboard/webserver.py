@@ -15,10 +15,15 @@ import sys
 forwarded_allow_ips = ""
 
 
-def post_worker_init(worker) -> None:
-    # The app and everything it imported live as long as the worker: keep them out of the cyclic
-    # garbage collector's scans (in a delivering worker those scans took 13% of the CPU).
+def freeze_heap() -> None:
+    """Everything loaded so far lives as long as the process: keep it out of the cyclic garbage
+    collector's scans. They took 13% of a delivering worker's CPU, and on the overview a full
+    collection every dozen requests added 70 ms to one of them."""
     gc.freeze()
+
+
+def post_worker_init(worker) -> None:
+    freeze_heap()  # the app is loaded
 
 
 def command(bind: str, workers: int, access_log: bool = True, app: str = "dashboard:create_app()") -> list[str]:
