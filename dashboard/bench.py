@@ -280,7 +280,7 @@ class Run:
         self.run_id = uuid.uuid4().hex[:10]
         self.tmp = Path(tempfile.mkdtemp(prefix=f"promesa-bench-{self.run_id}-"))
         self.children: list[subprocess.Popen] = []
-        self.receiver_proc = None
+        self.receiver_procs: list = []
         self.app = None
         self.redis = None
         self.team_ids: list[int] = []
@@ -331,13 +331,7 @@ class Run:
         self.vacuum()
         self.in_flight = self.app.config["PROMESA_MAX_IN_FLIGHT"]
 
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self.receiver_proc = ctx.Process(target=_receiver_main, args=(child, self.slow_seconds), daemon=True)
-        self.receiver_proc.start()
-        if not parent.poll(START_TIMEOUT_SECONDS):
-            raise click.ClickException("the receiver did not start")
-        self.receiver_url = f"http://127.0.0.1:{parent.recv()}"
+        self.receiver_url = self.start_receiver()
 
         port = _free_port()
         self.web_url = f"http://127.0.0.1:{port}"
@@ -345,6 +339,18 @@ class Run:
         self.children.append(subprocess.Popen(webserver.command(f"127.0.0.1:{port}", self.web_workers, access_log=False),
                                               env=self.env, stdout=web_log, stderr=subprocess.STDOUT))
         _wait_http(self.web_url + "/api/v1/openapi.json", START_TIMEOUT_SECONDS, self.children)
+
+    def start_receiver(self) -> str:
+        """A receiver in a process of its own (one serves the healthy and slow endpoints; a rate-limited
+        endpoint gets another, as a receiver of its own would be): its URL."""
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_receiver_main, args=(child, self.slow_seconds), daemon=True)
+        proc.start()
+        self.receiver_procs.append(proc)
+        if not parent.poll(START_TIMEOUT_SECONDS):
+            raise click.ClickException("the receiver did not start")
+        return f"http://127.0.0.1:{parent.recv()}"
 
     def start_workers(self):
         for i in range(self.workers):
@@ -396,8 +402,11 @@ class Run:
                 (self.healthy_ids if i < healthy else self.slow_ids).append(resp.get_json()["id"])
             self.throttled_ids = []
             if rate_limit:  # one more endpoint, as fast as the healthy ones, behind a rate limit
+                # Its own receiver process: arrival times read by a process busy with thousands of healthy
+                # requests a second came out bunched by that process's event loop, not by the sender.
+                self.throttled_url = self.start_receiver()
                 resp = client.post("/api/v1/subscriptions", headers=auth, json={
-                    "url": f"{self.receiver_url}/throttled/{healthy + slow}", "rate_limit_per_s": rate_limit})
+                    "url": f"{self.throttled_url}/throttled/{healthy + slow}", "rate_limit_per_s": rate_limit})
                 if resp.status_code != 201:
                     raise click.ClickException(f"could not subscribe: {resp.get_json()}")
                 self.throttled_ids.append(resp.get_json()["id"])
@@ -462,9 +471,10 @@ class Run:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-        if self.receiver_proc is not None and self.receiver_proc.is_alive():
-            self.receiver_proc.terminate()
-            self.receiver_proc.join(10)
+        for proc in self.receiver_procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(10)
         if self.redis is not None:
             with contextlib.suppress(Exception):
                 from rq import Queue
@@ -716,7 +726,7 @@ def throttled_result(run: Run, rate_limit: float) -> dict:
     from .clock import unix
     from .models import Attempt, Delivery
 
-    times = _http_json("GET", run.receiver_url + "/_throttled")
+    times = _http_json("GET", run.throttled_url + "/_throttled")
     with run.app.app_context():
         for sub_id in run.throttled_ids:
             subscription_service.pause(db.session.get(Subscription, sub_id), "bench: measured")

@@ -44,6 +44,21 @@ def test_two_workers_sharing_redis_never_pass_more_than_the_rate(app, rate):
         assert rate - 1 <= per_second[second] <= rate + 1, per_second
 
 
+@sqlite_only
+def test_the_limiter_loads_its_script_again_when_redis_lost_it(app):
+    """A Redis restarted or flushed has no scripts: the limiter's first call after it still answers, and
+    (one pipeline, no SCRIPT EXISTS before each call) a normal call is a single round trip."""
+    work = WorkQueue.for_app(app)
+    limiter = RateLimiter(work.conn, app.config["PROMESA_REDIS_PREFIX"])
+    now = 1_800_000_000.0
+    assert limiter.admit({"sub_a": (10, 1), "sub_b": (10, 1)}, now)["sub_a"][0] == 1
+    work.conn.script_flush()
+    assert limiter.admit({"sub_a": (10, 1), "sub_b": (10, 1)}, now + 1)["sub_b"][0] == 1
+    calls_before = work.conn.info("commandstats").get("cmdstat_script|exists", {}).get("calls", 0)
+    limiter.admit({"sub_a": (10, 1)}, now + 2)
+    assert work.conn.info("commandstats").get("cmdstat_script|exists", {}).get("calls", 0) == calls_before
+
+
 @pytest.fixture
 def stepwise(app):
     """Turns handed out only for now, none reserved ahead: each drain sends what the clock allows."""

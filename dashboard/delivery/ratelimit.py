@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import redis
+
 # After an idle spell an endpoint may get this much of a burst (seconds of its rate, at least one delivery);
 # while a backlog drains, the rate is exact.
-TOLERANCE_SECONDS = 0.05
+TOLERANCE_SECONDS = 0.02
 # A throttled delivery is handed back at most this far ahead; one due later comes back then and asks again
 # (so a raised limit takes effect within a minute).
 MAX_WAIT_SECONDS = 60.0
@@ -72,11 +74,19 @@ class RateLimiter:
         """{subscription: (rate per second, how many want to go)} -> {subscription: (how many get a turn,
         the first turn, when the next could get one)}: one round trip for all of them. The turns are one
         interval apart from the first. consume=False only looks (reserves nothing)."""
-        pipe = self.conn.pipeline(transaction=False)
-        for subscription_id, (rate, count) in wanted.items():
-            self._script(keys=[self.key(subscription_id)],
-                         args=[now, 1.0 / rate, TOLERANCE_SECONDS, count, self.lookahead, int(consume)], client=pipe)
-        answers = pipe.execute()
+        def ask():
+            # EVALSHA by hand: a pipeline given the Script object asks SCRIPT EXISTS first, a round trip per call.
+            pipe = self.conn.pipeline(transaction=False)
+            for subscription_id, (rate, count) in wanted.items():
+                pipe.evalsha(self._script.sha, 1, self.key(subscription_id),
+                             now, 1.0 / rate, TOLERANCE_SECONDS, count, self.lookahead, int(consume))
+            return pipe.execute()
+
+        try:
+            answers = ask()
+        except redis.exceptions.NoScriptError:  # Redis lost its scripts (restarted, flushed): none of them ran
+            self.conn.script_load(_GCRA)
+            answers = ask()
         return {sub: (int(admitted), float(first), float(next_at)) for sub, (admitted, first, next_at)
                 in zip(wanted, answers)}
 
