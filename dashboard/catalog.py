@@ -181,9 +181,16 @@ def resolve(team: Team, event_type: str, version: int | None) -> tuple[int, Row 
     params = {"team_id": team.id, "name": event_type}
     if version is None:
         declared = db.session.execute(_LATEST, params).first()
-        version = declared.version if declared else 1
     else:
         declared = db.session.execute(_EXACT, params | {"version": version}).first()
+    return published(team, event_type, version, declared)
+
+
+def published(team: Team, event_type: str, version: int | None, declared) -> tuple[int, Row | None]:
+    """resolve's answer once the declaration is read (`declared`: the asked version's, or the latest when
+    none was asked; None if the catalog has none): the asked version, else the latest declared, else 1."""
+    if version is None:
+        version = declared.version if declared else 1
     if declared is None and team.strict_event_types:
         raise ApiError(422, f"event type {event_type!r} version {version} is not declared in the catalog, "
                             "and this team accepts declared types only (strict mode)")

@@ -9,11 +9,12 @@ import functools
 import json
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import redis
 
 from flask import current_app
-from sqlalchemy import String, Table, Text, bindparam, cast, insert, or_, select
+from sqlalchemy import String, Table, Text, and_, bindparam, cast, func, insert, literal, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -21,7 +22,7 @@ from . import catalog
 from .clock import iso
 from .extensions import db
 from .ids import new_ids
-from .models import Delivery, DeliveryState, Event, Subscription, SubscriptionState, Team
+from .models import Delivery, DeliveryState, Event, EventType, Subscription, SubscriptionState, Team
 from .outages import REDIS_AWAY, redis_outage
 from .queue import WorkQueue, work_item
 from .schemas import EventInput
@@ -85,18 +86,64 @@ _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types,
 # For one event type: only the subscriptions that can want it, i.e. that name it exactly or have a pattern
 # (a '*', '?' or '[' inside a string of their JSON list); `wants` still decides. A team with a thousand
 # subscriptions, each for its own type, sent all of them to Python on every request.
-_ROUTING_ONE_TYPE = _ROUTING.where(or_(
+_MAY_WANT_THE_TYPE = or_(
     cast(Subscription.event_types, Text).like(bindparam("type_pattern"), escape="/"),
-    *(cast(Subscription.event_types, Text).like(pattern) for pattern in ('%*%', '%?%', '%"%[%'))))
+    *(cast(Subscription.event_types, Text).like(pattern) for pattern in ('%*%', '%?%', '%"%[%')))
+_ROUTING_ONE_TYPE = _ROUTING.where(_MAY_WANT_THE_TYPE)
+
+
+def _routed_and_declared(version_matches):
+    """The routing of one type and its declaration in the catalog as one statement: one row per subscription
+    that may want the type, each carrying the declaration (or NULLs), or a single row when none may. Outer
+    joins from a one-row table, so that either side may be missing."""
+    declared = EventType.__table__.alias("declared")
+    one = select(literal(1).label("one")).subquery("one")
+    return select(declared.c.name.label("declared_name"), declared.c.version.label("declared_version"),
+                  declared.c.schema.label("declared_schema"), *_ROUTING.selected_columns).select_from(
+        one.outerjoin(declared, and_(declared.c.team_id == bindparam("team_id"), declared.c.name == bindparam("name"),
+                                     version_matches(declared)))
+        .outerjoin(Subscription, and_(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None),
+                                      _MAY_WANT_THE_TYPE)))
+
+
+_ROUTED_AND_EXACT = _routed_and_declared(lambda declared: declared.c.version == bindparam("version"))
+_ROUTED_AND_LATEST = _routed_and_declared(lambda declared: declared.c.version == select(func.max(EventType.version))
+                                          .where(EventType.team_id == bindparam("team_id"),
+                                                 EventType.name == bindparam("name")).scalar_subquery())
+
+
+class Declared(NamedTuple):
+    """An event type's declaration as catalog.resolve reads it."""
+    name: str
+    version: int
+    schema: dict
+
+
+def _type_pattern(event_type: str) -> str:
+    quoted = json.dumps(event_type)  # as the JSON list spells it
+    return "%" + quoted.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
 
 
 def _routing(team_id: int, event_types: set[str]) -> list:
     """What routing needs of each subscription that may want one of these event types."""
     if len(event_types) == 1:
-        quoted = json.dumps(next(iter(event_types)))  # as the JSON list spells it
-        pattern = "%" + quoted.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
-        return db.session.execute(_ROUTING_ONE_TYPE, {"team_id": team_id, "type_pattern": pattern}).all()
+        return db.session.execute(_ROUTING_ONE_TYPE, {"team_id": team_id,
+                                                      "type_pattern": _type_pattern(next(iter(event_types)))}).all()
     return db.session.execute(_ROUTING, {"team_id": team_id}).all()
+
+
+def _routing_and_declaration(team_id: int, event_type: str, version: int | None) -> tuple[list, Declared | None]:
+    """_routing for one event type, and the declaration catalog.resolve would read for it (the asked version's,
+    or the latest), in one round trip instead of two: a request usually carries one event, of one type."""
+    params = {"team_id": team_id, "name": event_type, "type_pattern": _type_pattern(event_type)}
+    if version is None:
+        rows = db.session.execute(_ROUTED_AND_LATEST, params).all()
+    else:
+        rows = db.session.execute(_ROUTED_AND_EXACT, params | {"version": version}).all()
+    first = rows[0]  # there is always one: the outer joins start from a one-row table
+    declared = None if first.declared_version is None else \
+        Declared(first.declared_name, first.declared_version, first.declared_schema)
+    return [row for row in rows if row.id is not None], declared
 
 
 _EVENTS_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"),
@@ -166,7 +213,15 @@ def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | 
 
     now = current_app.config["CLOCK"].now()
     now_iso = iso(now)
-    subscriptions = _routing(team.id, {c[0] for c in checked}) if only is None else []
+    event_types = {c[0] for c in checked}
+    declarations: dict[tuple, Declared | None] = {}  # (type, asked version) -> read with the routing
+    if only is not None:
+        subscriptions = []
+    elif len(event_types) == 1 and len(asked := {c[3] for c in checked}) == 1:
+        key = (next(iter(event_types)), next(iter(asked)))
+        subscriptions, declarations[key] = _routing_and_declaration(team.id, *key)
+    else:
+        subscriptions = _routing(team.id, event_types)
     stored = _stored_events(team, [c[2] for c in checked if c[2]])
     # (type, asked version) -> (version, declaration, [(subscription id, active)] that want it): once per batch
     plans: dict[tuple, tuple] = {}
@@ -187,7 +242,10 @@ def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | 
         if plan is None and only is not None:
             plan = plans[(event_type, version)] = (version or 1, None, [only])
         if plan is None:
-            published, declared = catalog.resolve(team, event_type, version)
+            if (event_type, version) in declarations:
+                published, declared = catalog.published(team, event_type, version, declarations[(event_type, version)])
+            else:
+                published, declared = catalog.resolve(team, event_type, version)
             targets = [(sub.id, sub.state == SubscriptionState.ACTIVE) for sub in subscriptions
                        if wants(sub, event_type, published)]
             plan = plans[(event_type, version)] = (published, declared, targets)

@@ -68,3 +68,18 @@ def test_routing_reads_only_subscriptions_that_can_want_the_type_and_misses_none
     accepted = fresh_request(producer, "a_b")
     got = db.session.scalars(select(Delivery.subscription_id).where(Delivery.event_key.in_(select(Event.key).where(Event.id == accepted["id"])))).all()
     assert sorted(got) == sorted(wanted)
+
+
+def test_a_single_event_is_three_statements_the_token_its_routing_and_declaration_and_the_write(
+        app, producer, receiver, statements):
+    """The routing and the catalog's declaration of the event's type are one read (they were two)."""
+    producer.subscribe(receiver.url + "/ok")
+    producer.post("/api/v1/event-types", {"name": "file.updated", "version": 2, "schema": {"type": "object"}})
+    statements.clear()
+    accepted = fresh_request(producer)
+    verbs = [verb for verb, _ in statements]
+    if db.engine.dialect.name == "postgresql":
+        assert verbs == ["SELECT", "SELECT", "WITH"], statements
+    else:
+        assert verbs == ["SELECT", "SELECT", "INSERT", "INSERT"], statements
+    assert db.session.get(Event, accepted["id"]).version == 2  # the latest declared version, read with the routing
