@@ -304,6 +304,37 @@ def test_the_claim_finds_its_rows_by_primary_key_when_statistics_are_stale(app, 
     assert "deliveries_pkey" in plan and "ix_deliveries_due" not in plan and "Seq Scan on deliveries" not in plan, plan
 
 
+@pytest.mark.postgres
+def test_a_claim_on_postgresql_is_one_statement_in_autocommit(app, producer, receiver, clock, database_url):
+    """Work arriving an event at a time is claimed a delivery or two at a time: BEGIN and COMMIT around
+    the claim's one statement (atomic on its own) tripled its round trips."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("the PostgreSQL claim")
+    from sqlalchemy import event
+
+    from dashboard.delivery.engine import DeliveryEngine
+    from dashboard.queue import WorkQueue
+
+    producer.subscribe(receiver.url + "/ok")
+    accepted = producer.publish()
+    engine = DeliveryEngine(app, WorkQueue.for_app(app), clock)
+    delivery_id = delivery_of(accepted["id"]).id
+    seen = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append((statement.split(None, 1)[0].upper(), conn.connection.dbapi_connection.autocommit))
+
+    event.listen(engine.db_engine, "before_cursor_execute", record)
+    try:
+        claimed, token = engine.claim([delivery_id])
+    finally:
+        event.remove(engine.db_engine, "before_cursor_execute", record)
+    assert [c.event_id for c in claimed] == [accepted["id"]] and token
+    assert seen == [("WITH", True)], seen
+    with engine.db_engine.connect() as conn:  # and the pooled connection is back in transactions
+        assert not conn.connection.dbapi_connection.autocommit
+
+
 def test_a_claim_sets_only_columns_no_index_holds():
     """PostgreSQL writes an UPDATE that changes no indexed column as a heap-only tuple in the
     page's free room (deliveries keep 30 % free): a claim then adds no index entries at all."""
