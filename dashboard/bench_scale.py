@@ -59,7 +59,8 @@ FROM generate_series(1, :n) AS i
 
 def seed(run: Run, tag: str, subscription_id: str, count: int, age_days: float, state: str) -> float:
     """`count` deliveries of one subscription in `state`, `age_days` old (succeeded / dead: with one
-    attempt; pending: due, no attempt), each with its own event. Returns the seconds it took."""
+    attempt; pending: due, no attempt), each with its own event, then settle the tables. Returns the seconds
+    the rows took to write."""
     from sqlalchemy import text
 
     from .bench import _seed
@@ -81,10 +82,23 @@ def seed(run: Run, tag: str, subscription_id: str, count: int, age_days: float, 
             conn.execute(text(_SEED_DELIVERIES), params)
             if state != "pending":
                 conn.execute(text(_SEED_ATTEMPTS), params)
-        with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql("ANALYZE events, deliveries, attempts")
+        seconds = time.monotonic() - began
+        settle(db.engine)
         db.engine.dispose()
-    return time.monotonic() - began
+    return seconds
+
+
+def settle(engine) -> None:
+    """Leave the seeded tables as months of traffic would have: vacuumed (visibility map and hint bits
+    set, statistics fresh) and checkpointed. Measured straight after a 10,000,000-row INSERT, delivery
+    ran at 0.66 of before while PostgreSQL wrote back the load's pages and set the hint bit of every row
+    it read for the first time: the cost of the bulk load, not of the history."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("VACUUM (ANALYZE) events, deliveries, attempts")
+        try:
+            conn.exec_driver_sql("CHECKPOINT")
+        except Exception as exc:  # noqa: BLE001 - a role without pg_checkpoint: the run goes on
+            click.echo(f"could not CHECKPOINT ({type(exc).__name__}); the history phase may run during one", err=True)
 
 
 def _pages_of(run: Run, subscription_id: str) -> dict[str, str]:
