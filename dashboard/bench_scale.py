@@ -90,9 +90,8 @@ def seed(run: Run, tag: str, subscription_id: str, count: int, age_days: float, 
 
 def settle(engine) -> None:
     """Leave the seeded tables as months of traffic would have: vacuumed (visibility map and hint bits
-    set, statistics fresh) and checkpointed. Measured straight after a 10,000,000-row INSERT, delivery
-    ran at 0.66 of before while PostgreSQL wrote back the load's pages and set the hint bit of every row
-    it read for the first time: the cost of the bulk load, not of the history."""
+    set, statistics fresh) and checkpointed, so that the phase after the seed does not pay for writing
+    back the load. (On a server without autovacuum, like this bench's, nothing else would.)"""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM (ANALYZE) events, deliveries, attempts")
         try:
@@ -220,21 +219,31 @@ def _phase(result: dict) -> dict:
 
 
 # -- the whole --scale run ------------------------------------------------------------------------
+HISTORY_RUNS = 5
+
+
+def median_run(run: Run, events: int, publishers: int, timeout: float, batch: int) -> tuple[dict, list[float]]:
+    """The pipeline HISTORY_RUNS times: the run of median throughput, and every run's deliveries/s. One run
+    says little here: after the 10,000,000-row seed, three runs in a row went 174, 198, 248 deliveries/s."""
+    results = [run_pipeline(run, events, publishers, None, timeout, False, batch) for _ in range(HISTORY_RUNS)]
+    rates = [r["deliveries_per_s"] or 0.0 for r in results]
+    return sorted(results, key=lambda r: r["deliveries_per_s"] or 0.0)[len(results) // 2], rates
 def run_scale(run: Run, events: int, publishers: int, timeout: float, batch: int, settled: int, due: int,
               log) -> dict:
     # The history first: later phases add a thousand subscriptions, and the overview lists every one.
     run.make_team(1, 0)
     subscription_id = run.healthy_ids[0]
     run_pipeline(run, max(50, events // 5), publishers, None, timeout, False, batch)  # warm: workers, pools, plans
-    empty = run_pipeline(run, events, publishers, None, timeout, False, batch)
+    empty, empty_runs = median_run(run, events, publishers, timeout, batch)
     empty_pages = time_pages(run, _pages_of(run, subscription_id), PAGE_SAMPLES)
-    log(f"before the history: {empty['deliveries_per_s']} deliveries/s, dashboard p95 <= {_worst_p95(empty_pages)} ms")
+    log(f"before the history: {empty_runs} deliveries/s, dashboard p95 <= {_worst_p95(empty_pages)} ms")
     seeded = seed(run, "settled", subscription_id, settled, 1, "succeeded")
     log(f"seeded {settled} settled deliveries in {seeded:.0f} s")
-    full = run_pipeline(run, events, publishers, None, timeout, False, batch)
+    full, full_runs = median_run(run, events, publishers, timeout, batch)
     full_pages = time_pages(run, _pages_of(run, subscription_id), PAGE_SAMPLES)
-    log(f"with the history: {full['deliveries_per_s']} deliveries/s, dashboard p95 <= {_worst_p95(full_pages)} ms")
+    log(f"with the history: {full_runs} deliveries/s, dashboard p95 <= {_worst_p95(full_pages)} ms")
     history = {"settled": settled, "seed_seconds": round(seeded, 1), "empty": _phase(empty), "full": _phase(full),
+               "empty_runs": empty_runs, "full_runs": full_runs,
                "empty_pages": empty_pages, "full_pages": full_pages,
                "throughput_vs_empty": round(full["deliveries_per_s"] / empty["deliveries_per_s"], 3)
                if empty["deliveries_per_s"] and full["deliveries_per_s"] else None,
@@ -264,7 +273,7 @@ def print_scale(out: dict) -> None:
     click.echo(f"with {h['settled']} settled deliveries in the tables (seeded in {h['seed_seconds']} s):")
     click.echo("  page / figure          before      after")
     click.echo(f"  {'deliveries/s':<20} {h['empty']['deliveries_per_s']:>8}  {h['full']['deliveries_per_s']:>9}"
-               f"   ratio {h['throughput_vs_empty']}")
+               f"   ratio {h['throughput_vs_empty']} (medians of {h['empty_runs']} and {h['full_runs']})")
     for name, before in h["empty_pages"].items():
         click.echo(f"  {name + ' p95 ms':<20} {before['p95_ms']:>8}  {h['full_pages'][name]['p95_ms']:>9}")
     click.echo(f"  worst dashboard p95 ratio {h['worst_p95_vs_empty']}")
