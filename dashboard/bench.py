@@ -815,8 +815,9 @@ def time_paths(client, pages: dict[str, str], samples: int) -> dict:
     return out
 
 
-def time_pages(run: Run, pages: dict[str, str], samples: int) -> dict:
-    """p50 / p95 of each page, signed in as an admin of the run's own."""
+def time_pages(run: Run, pages, samples: int) -> dict:
+    """p50 / p95 of each page, signed in as an admin of the run's own. `pages`: {name: path}, or a function
+    of the signed-in test client that returns them (for pages found by following the desk's links)."""
     from .extensions import db
     from .models import User
 
@@ -832,9 +833,8 @@ def time_pages(run: Run, pages: dict[str, str], samples: int) -> dict:
     client = run.app.test_client()
     with run.app.app_context():
         client.post("/login", data={"email": email, "password": "bench-password"})
-        out = time_paths(client, pages, samples)
-        with run.app.app_context():
-            db.session.remove()
+        out = time_paths(client, pages(client) if callable(pages) else pages, samples)
+        db.session.remove()
     return out
 
 

@@ -151,9 +151,8 @@ def run_dashboard(run, attempts: int, samples: int) -> dict:
     import time
 
     from . import bench_dead_letters, rollup
-    from .bench import time_paths
+    from .bench import time_pages
     from .extensions import db
-    from .models import User
 
     deliveries = max(SUBSCRIPTIONS, attempts // 2)
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
@@ -169,19 +168,8 @@ def run_dashboard(run, attempts: int, samples: int) -> dict:
         db.engine.dispose()
     roll_up_seconds = time.monotonic() - rolled_at
     run.vacuum()
-    with run.app.app_context():
-        email = f"bench-{run.run_id}@promesa.local"
-        user = User(email=email, role="admin")
-        user.set_password("bench-password")
-        db.session.add(user)
-        db.session.commit()
-        db.session.remove()
-    run.app.config["WTF_CSRF_ENABLED"] = False
-    client = run.app.test_client()
-    with run.app.app_context():
-        client.post("/login", data={"email": email, "password": "bench-password"})
-        out = time_paths(client, pages_to_time(run, subs, deliveries) | bench_dead_letters.pages(run, client), samples)
-        db.session.remove()
+    out = time_pages(run, lambda client: pages_to_time(run, subs, deliveries) | bench_dead_letters.pages(run, client),
+                     samples)
     dead = sum(1 for i in range(deliveries) if _state_of(i, SUBSCRIPTIONS) == "dead")
     return {"attempts": deliveries * 2, "deliveries": deliveries, "dead_letters": dead, "subscriptions": SUBSCRIPTIONS,
             "seed_seconds": round(seed_seconds, 1), "roll_up_week_seconds": round(roll_up_seconds, 2),
