@@ -129,8 +129,9 @@ DEFAULTS = {
     "PROMESA_RETENTION_DAYS": 30,
     "PROMESA_DEAD_RETENTION_DAYS": 90,
     # Pruning: deliveries per batch (one short transaction), batches of each kind per sweeper pass, and
-    # the rest after each batch as a multiple of the time it took.
+    # the rest after each batch as a multiple of the time it took (3: the pruner takes at most a quarter of
+    # the time it could; at 1 delivery ran at 0.75 of its rate during a 1,000,000-row prune, at 3 at 0.92).
     "PROMESA_PRUNE_BATCH": 500,
     "PROMESA_PRUNE_BATCHES_PER_PASS": 100,
-    "PROMESA_PRUNE_PAUSE_RATIO": 1.0,
+    "PROMESA_PRUNE_PAUSE_RATIO": 3.0,
 }
