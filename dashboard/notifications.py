@@ -32,7 +32,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from . import access, audit, crypto, signing
+from . import access, accounts, audit, crypto, signing
 from .clock import iso
 from .delivery.targets import url_problem
 from .extensions import db
@@ -252,12 +252,7 @@ def masked(url: str) -> str:
 
 
 def system_team() -> Team:
-    team = db.session.scalar(select(Team).where(Team.name == SYSTEM_TEAM))
-    if team is None:
-        team = Team(name=SYSTEM_TEAM)
-        db.session.add(team)
-        db.session.flush()
-    return team
+    return accounts.team_named(SYSTEM_TEAM)  # created the first time a sink needs it
 
 
 def add_sink(kind: str, url: str, actor: tuple[str, str] | None = None) -> tuple[NotificationSink, str]:
