@@ -14,7 +14,7 @@ from typing import NamedTuple
 import redis
 
 from flask import current_app
-from sqlalchemy import String, Table, Text, and_, bindparam, cast, func, insert, literal, or_, select
+from sqlalchemy import String, Table, Text, and_, bindparam, cast, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -22,11 +22,11 @@ from . import catalog
 from .clock import iso
 from .extensions import db
 from .ids import new_ids
-from .models import Delivery, DeliveryState, Event, EventType, Subscription, SubscriptionState, Team
+from .models import ApiToken, Delivery, DeliveryState, Event, EventType, Subscription, SubscriptionState, Team
 from .outages import REDIS_AWAY, redis_outage
 from .queue import WorkQueue, work_item
 from .schemas import EventInput
-from .validation import MAX_DATA_DEPTH, ApiError, compact_json, nesting_depth
+from .validation import MAX_DATA_DEPTH, ApiError, compact_json, invalid_token, nesting_depth
 
 log = logging.getLogger(__name__)
 
@@ -92,24 +92,46 @@ _MAY_WANT_THE_TYPE = or_(
 _ROUTING_ONE_TYPE = _ROUTING.where(_MAY_WANT_THE_TYPE)
 
 
-def _routed_and_declared(version_matches):
-    """The routing of one type and its declaration in the catalog as one statement: one row per subscription
-    that may want the type, each carrying the declaration (or NULLs), or a single row when none may. Outer
-    joins from a one-row table, so that either side may be missing."""
+class BearerToken(NamedTuple):
+    """A producer's token (its digest) not looked up yet: the routing statement finds its team."""
+    digest: str
+
+
+class Caller(NamedTuple):
+    """The producing team, as ingest needs it."""
+    id: int
+    strict_event_types: bool
+
+
+# Whose routing: a team, or the team a live token names (no row then means no such token).
+_CALLER_BY_TEAM = select(Team.id.label("team_id"), Team.strict_event_types.label("strict")) \
+    .where(Team.id == bindparam("team_id")).subquery("caller")
+_CALLER_BY_TOKEN = select(ApiToken.team_id.label("team_id"), Team.strict_event_types.label("strict")) \
+    .join(Team, Team.id == ApiToken.team_id) \
+    .where(ApiToken.token_sha256 == bindparam("digest"), ApiToken.revoked_at.is_(None)).subquery("caller")
+
+
+def _routed_and_declared(caller, exact: bool):
+    """The caller, the routing of one type and its declaration in the catalog (`exact`: of the asked version,
+    else the latest) as one statement: one row per subscription that may want the type, each carrying the
+    caller and the declaration (or NULLs), or a single row when none may; no row when there is no caller.
+    Outer joins from the caller's one row, so that either side may be missing."""
     declared = EventType.__table__.alias("declared")
-    one = select(literal(1).label("one")).subquery("one")
-    return select(declared.c.name.label("declared_name"), declared.c.version.label("declared_version"),
-                  declared.c.schema.label("declared_schema"), *_ROUTING.selected_columns).select_from(
-        one.outerjoin(declared, and_(declared.c.team_id == bindparam("team_id"), declared.c.name == bindparam("name"),
-                                     version_matches(declared)))
-        .outerjoin(Subscription, and_(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None),
+    version = bindparam("version") if exact else select(func.max(EventType.version)).where(
+        EventType.team_id == caller.c.team_id, EventType.name == bindparam("name")).scalar_subquery()
+    return select(caller.c.team_id, caller.c.strict, declared.c.name.label("declared_name"),
+                  declared.c.version.label("declared_version"), declared.c.schema.label("declared_schema"),
+                  *_ROUTING.selected_columns).select_from(
+        caller.outerjoin(declared, and_(declared.c.team_id == caller.c.team_id, declared.c.name == bindparam("name"),
+                                        declared.c.version == version))
+        .outerjoin(Subscription, and_(Subscription.team_id == caller.c.team_id, Subscription.deleted_at.is_(None),
                                       _MAY_WANT_THE_TYPE)))
 
 
-_ROUTED_AND_EXACT = _routed_and_declared(lambda declared: declared.c.version == bindparam("version"))
-_ROUTED_AND_LATEST = _routed_and_declared(lambda declared: declared.c.version == select(func.max(EventType.version))
-                                          .where(EventType.team_id == bindparam("team_id"),
-                                                 EventType.name == bindparam("name")).scalar_subquery())
+# (read by token, version asked) -> the statement
+_ROUTED_AND_DECLARED = {(by_token, exact): _routed_and_declared(_CALLER_BY_TOKEN if by_token else _CALLER_BY_TEAM,
+                                                                exact)
+                        for by_token in (False, True) for exact in (False, True)}
 
 
 class Declared(NamedTuple):
@@ -132,18 +154,23 @@ def _routing(team_id: int, event_types: set[str]) -> list:
     return db.session.execute(_ROUTING, {"team_id": team_id}).all()
 
 
-def _routing_and_declaration(team_id: int, event_type: str, version: int | None) -> tuple[list, Declared | None]:
-    """_routing for one event type, and the declaration catalog.resolve would read for it (the asked version's,
-    or the latest), in one round trip instead of two: a request usually carries one event, of one type."""
-    params = {"team_id": team_id, "name": event_type, "type_pattern": _type_pattern(event_type)}
-    if version is None:
-        rows = db.session.execute(_ROUTED_AND_LATEST, params).all()
-    else:
-        rows = db.session.execute(_ROUTED_AND_EXACT, params | {"version": version}).all()
-    first = rows[0]  # there is always one: the outer joins start from a one-row table
+def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None
+                             ) -> tuple[list, Declared | None, Caller]:
+    """_routing for one event type, the declaration catalog.resolve would read for it (the asked version's,
+    or the latest) and the producing team, in one round trip instead of three: a request usually carries
+    one event, of one type. 401 when `producer` is a token that names no team (unknown or revoked)."""
+    by_token = isinstance(producer, BearerToken)
+    params = {"name": event_type, "type_pattern": _type_pattern(event_type)} \
+        | ({"digest": producer.digest} if by_token else {"team_id": producer.id}) \
+        | ({} if version is None else {"version": version})
+    # Core, not the ORM session: this runs on every request, and returns plain rows anyway.
+    rows = db.session.connection().execute(_ROUTED_AND_DECLARED[by_token, version is not None], params).all()
+    if not rows:
+        raise invalid_token()
+    first = rows[0]
     declared = None if first.declared_version is None else \
         Declared(first.declared_name, first.declared_version, first.declared_schema)
-    return [row for row in rows if row.id is not None], declared
+    return [row for row in rows if row.id is not None], declared, Caller(first.team_id, first.strict)
 
 
 _EVENTS_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"),
@@ -185,19 +212,20 @@ class Accepted:
     duplicate: bool
 
 
-def ingest(team: Team, event: EventInput, idempotency_key: str | None = None) -> Accepted:
-    """Store one event and its deliveries (or find the first one, for a repeated key or id)."""
+def ingest(producer: Team | BearerToken, event: EventInput, idempotency_key: str | None = None) -> Accepted:
+    """Store one event and its deliveries (or find the first one, for a repeated key or id). `producer`: the
+    team, or the request's token, which the routing statement then checks (401 if it names no team)."""
     if idempotency_key is not None and (not 0 < len(idempotency_key) <= 255 or "\x00" in idempotency_key):
         raise ApiError(400, "Idempotency-Key must be 1 to 255 characters, without NUL characters")
-    return ingest_many(team, [event], idempotency_key, numbered=False)[0]
+    return ingest_many(producer, [event], idempotency_key, numbered=False)[0]
 
 
-def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | None = None,
+def ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempotency_key: str | None = None,
                 numbered: bool = True, only: tuple[str, bool] | None = None) -> list[Accepted]:
     """Validate every event first, then store them all and their deliveries in one transaction,
     then enqueue. One bad event rejects the whole batch: nothing is stored half-way.
     `only`: (subscription id, active): deliver to that one subscription alone, whatever its filters
-    and the catalog say (a test event)."""
+    and the catalog say (a test event). A BearerToken for `team` only with events of one type and version."""
     def at(index: int, exc: ApiError) -> ApiError:
         """In a batch, an error names the event it is about."""
         return ApiError(exc.status, f"events[{index}]: {exc.message}") if numbered else exc
@@ -219,7 +247,7 @@ def ingest_many(team: Team, events_in: list[EventInput], idempotency_key: str | 
         subscriptions = []
     elif len(event_types) == 1 and len(asked := {c[3] for c in checked}) == 1:
         key = (next(iter(event_types)), next(iter(asked)))
-        subscriptions, declarations[key] = _routing_and_declaration(team.id, *key)
+        subscriptions, declarations[key], team = _routing_and_declaration(team, *key)
     else:
         subscriptions = _routing(team.id, event_types)
     stored = _stored_events(team, [c[2] for c in checked if c[2]])

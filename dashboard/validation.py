@@ -31,6 +31,10 @@ class ApiError(Exception):
         self.message = message
 
 
+def invalid_token() -> ApiError:
+    return ApiError(401, "invalid or revoked token")
+
+
 class Must:
     """What a field must be, in words: the error message when it is not (`<field> must be <what>`)."""
 

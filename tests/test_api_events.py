@@ -116,6 +116,37 @@ def test_it_rejects_bad_tokens(client, headers, status, words):
     assert counts() == (0, 0)
 
 
+@pytest.mark.parametrize("payload, headers", [
+    ({"type": 5}, {}),  # a body the model refuses
+    ({"type": "a.b", "data": {"x": "\u0000"}}, {}),  # one the event checks refuse
+    ({"type": "a.b"}, {"Idempotency-Key": "x" * 300}),  # a header ingest refuses
+])
+def test_a_bad_token_is_told_before_a_bad_request(client, payload, headers):
+    """The single-event route checks its token inside the routing read, after the body: its errors still
+    put the token first, as every other route does."""
+    resp = client.post("/api/v1/events", json=payload, headers={"Authorization": "Bearer pk_not-a-token"} | headers)
+    assert resp.status_code == 401 and "invalid or revoked token" in resp.get_json()["error"]
+    assert counts() == (0, 0)
+
+
+def test_a_revoked_token_of_a_team_with_subscriptions_and_declared_types_is_refused(producer, clock):
+    """The token is checked by the statement that outer-joins the routing and the catalog: a revoked token
+    must not come back as a row of the team's subscriptions."""
+    from dashboard.models import ApiToken
+
+    producer.subscribe("https://hooks.example.com/a")
+    assert producer.post("/api/v1/event-types", {"name": "a.b", "version": 1, "schema": {"type": "object"}}
+                         ).status_code == 201
+    assert producer.publish("a.b", {})["deliveries"] == 1
+    for token in db.session.scalars(select(ApiToken).where(ApiToken.team_id == producer.team.id)):
+        token.revoked_at = clock.now()
+    db.session.commit()
+    for body in ({"type": "a.b"}, {"type": "a.b", "version": 1}, {"type": "other"}):
+        resp = producer.post("/api/v1/events", body)
+        assert resp.status_code == 401 and "invalid or revoked token" in resp.get_json()["error"]
+    assert counts() == (1, 1)
+
+
 def test_a_revoked_token_is_refused_at_once(producer, clock):
     from dashboard.models import ApiToken
 

@@ -14,6 +14,8 @@ Adding an endpoint (say `DELETE /subscriptions/<subscription_id>`):
 
    `@operation(body=Model)` passes the validated body as `body=`; `query=Model` passes `query=`.
    Every operation needs a team token unless `public=True` (g.team is the caller's team).
+   `token_read_by_view=True` leaves the token's lookup to the view, which finds the team inside a
+   statement it makes anyway (`g.bearer`: the token's digest; see `create_event`).
    `errors` lists the statuses the view itself raises (ApiError); the ones the machinery raises
    are added for you: 401 (token), 400 / 413 / 415 (a body), 400 (a query or an id in the path),
    404 (an id in the path).
@@ -34,7 +36,7 @@ from sqlalchemy import bindparam, select
 
 from ..extensions import db
 from ..models import ApiToken, Team
-from ..validation import ApiError, explain, parse_json
+from ..validation import ApiError, explain, invalid_token, parse_json
 
 
 @dataclass(frozen=True)
@@ -48,25 +50,36 @@ class Operation:
     public: bool = False
     links_to: str | None = None
     headers: tuple[dict, ...] = field(default=())  # OpenAPI parameter objects for request headers
+    token_read_by_view: bool = False
 
 
 def operation(summary: str, *, responses: dict, body: type[BaseModel] | None = None, body_required: bool = True,
               query: type[BaseModel] | None = None, errors: tuple[int, ...] = (), public: bool = False,
-              links_to: str | None = None, headers: tuple[dict, ...] = ()):
+              links_to: str | None = None, headers: tuple[dict, ...] = (), token_read_by_view: bool = False):
     """Declare an API operation: authenticate, validate the body and query with their models, and
     record all of it for the OpenAPI document (see this module's docstring)."""
-    declared = Operation(summary, responses, body, body_required, query, errors, public, links_to, headers)
+    declared = Operation(summary, responses, body, body_required, query, errors, public, links_to, headers,
+                         token_read_by_view)
 
     def decorate(view):
         @functools.wraps(view)
         def wrapped(**path):
-            if not declared.public:
+            if declared.public:
+                pass
+            elif declared.token_read_by_view:
+                g.bearer = ApiToken.digest(bearer_token())
+            else:
                 authenticate()
-            if declared.body is not None:
-                path["body"] = read_body(declared.body, declared.body_required)
-            if declared.query is not None:
-                path["query"] = read_query(declared.query)
-            return view(**path)
+            try:
+                if declared.body is not None:
+                    path["body"] = read_body(declared.body, declared.body_required)
+                if declared.query is not None:
+                    path["query"] = read_query(declared.query)
+                return view(**path)
+            except ApiError as exc:
+                if declared.token_read_by_view and exc.status != 401:
+                    authenticate()  # a bad token is told before a bad body, as everywhere else
+                raise
 
         wrapped.api_operation = declared
         return wrapped
@@ -82,15 +95,19 @@ _TEAM_BY_TOKEN = (select(Team, ApiToken.display_prefix).join(ApiToken, ApiToken.
 def authenticate() -> Team:
     """The team whose bearer token came with the request, as g.team (and the token's prefix as
     g.api_token_prefix, which names the actor in the audit log); 401 without one."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <team token>'")
-    found = db.session.execute(_TEAM_BY_TOKEN, {"digest": ApiToken.digest(token.strip())}).first()
+    found = db.session.execute(_TEAM_BY_TOKEN, {"digest": ApiToken.digest(bearer_token())}).first()
     if found is None:
-        raise ApiError(401, "invalid or revoked token")
+        raise invalid_token()
     g.team, g.api_token_prefix = found
     return g.team
+
+
+def bearer_token() -> str:
+    """The request's bearer token, as sent; 401 if there is none."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <team token>'")
+    return token.strip()
 
 
 def read_body(model: type[BaseModel], required: bool = True) -> BaseModel:
