@@ -235,3 +235,18 @@ def test_gunicorn_leaves_forwarded_headers_to_the_app():
     cfg = Config()
     cfg.set("forwarded_allow_ips", webserver.forwarded_allow_ips)
     assert cfg.forwarded_allow_ips == []  # its default trusts 127.0.0.1 to say "https"
+
+
+@SQLITE_ONLY
+def test_the_api_neither_reads_nor_sets_the_dashboard_session(site, producer):
+    """The producer API answers to its bearer token alone: a signed-in browser's cookie gives it nothing,
+    and its answers set no cookie and do not vary by one."""
+    browser = site.test_client()
+    assert sign_in(browser, "admin@example.com", "pw-admin").status_code == 302
+    cookie_only = browser.post("/api/v1/events", json={"type": "a.b"})
+    assert cookie_only.status_code == 401 and "missing bearer token" in cookie_only.get_json()["error"]
+    accepted = browser.post("/api/v1/events", json={"type": "a.b"}, headers=producer.headers())
+    assert accepted.status_code == 202
+    for resp in (cookie_only, accepted):
+        assert "Set-Cookie" not in resp.headers and "Cookie" not in resp.headers.get("Vary", "")
+    assert browser.get("/").status_code == 200  # the dashboard session itself is untouched

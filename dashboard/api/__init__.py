@@ -2,6 +2,7 @@
 
 from flask import Blueprint
 
-bp = Blueprint("api", __name__, url_prefix="/api/v1")
+URL_PREFIX = "/api/v1"
+bp = Blueprint("api", __name__, url_prefix=URL_PREFIX)
 
 from . import errors, replays, routes  # noqa: E402,F401  (routes register on bp)
