@@ -18,7 +18,7 @@ from sqlalchemy import String, Table, Text, and_, bindparam, cast, func, insert,
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from . import catalog
+from . import catalog, handoff
 from .clock import iso
 from .extensions import db
 from .ids import new_ids
@@ -424,9 +424,19 @@ def store_once(events: list[dict], events_same: dict, deliveries: list[dict], de
 
 
 def enqueue(items: list[str]) -> None:
-    """Hand committed deliveries (work items) to the workers. If Redis is down the sweeper enqueues them later."""
+    """Hand committed deliveries (work items) to the workers: through this process's hand-off thread when
+    it has one (under gunicorn, see `handoff`), else at once. If Redis is down the sweeper enqueues them later."""
     if not items:
         return
+    thread = handoff.of(current_app)
+    if thread is not None:
+        thread.put(items)
+        return
+    push_now(items)
+
+
+def push_now(items: list[str]) -> None:
+    """Push work items to Redis now; a Redis that is away is logged once, not raised (the sweeper has them)."""
     try:
         WorkQueue.for_app().push(items)
     except REDIS_AWAY as error:  # accepted work is in the database: never fail the producer for Redis

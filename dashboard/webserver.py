@@ -24,6 +24,9 @@ def freeze_heap() -> None:
 
 def post_worker_init(worker) -> None:
     freeze_heap()  # the app is loaded
+    from dashboard import handoff
+
+    handoff.start(worker.wsgi)  # ingest hands its work to Redis from a thread of this worker
 
 
 def command(bind: str, workers: int, access_log: bool = True, app: str = "dashboard:create_app()") -> list[str]:

@@ -1,0 +1,81 @@
+"""Ingest's hand-off of committed work to Redis, from a thread of its own in each web process.
+
+A request that stored events puts their work items on an in-process queue and answers at once; one
+thread per process pushes whatever has gathered in a single Redis call. Under load several requests'
+items go in one push, and no request waits for Redis: the push was a sixth of a single-event
+request's CPU, and its round trip one more wait for the interpreter's lock among gunicorn's threads.
+
+Nothing is lost by answering first: the deliveries are committed before their items are queued here,
+and the sweeper enqueues any due delivery Redis does not hold (a process killed before its push, or
+Redis away). gunicorn starts the thread in each worker (`webserver.post_worker_init`); elsewhere (the
+test client, the CLI) `ingest.enqueue` pushes inline.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+
+from flask import Flask
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class HandOff:
+    """One app's push thread. `put` never blocks; `stop` pushes what is left, then ends the thread."""
+
+    def __init__(self, app: Flask, push):
+        self.app = app
+        self._push = push  # push(items): hands items to Redis, and never raises for Redis being away
+        self._items: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="promesa-handoff", daemon=True)
+
+    def start(self) -> HandOff:
+        self._thread.start()
+        atexit.register(self.stop)  # a worker that exits cleanly (restart, SIGTERM) pushes what it holds
+        return self
+
+    def put(self, items: list[str]) -> None:
+        self._items.put(items)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._thread.is_alive():
+            self._items.put(_STOP)
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            gathered = []
+            first = self._items.get()
+            while True:  # everything queued meanwhile goes in the same push
+                if first is _STOP:
+                    stopping = True
+                else:
+                    gathered.extend(first)
+                try:
+                    first = self._items.get_nowait()
+                except queue.Empty:
+                    break
+            if gathered:
+                try:
+                    with self.app.app_context():
+                        self._push(gathered)
+                except Exception:  # noqa: BLE001 - the thread must outlive any one push; the sweeper has them
+                    log.exception("could not hand %d deliveries to Redis; the sweeper will", len(gathered))
+
+
+def start(app) -> None:
+    """Push this process's ingested work from a thread (gunicorn's post_worker_init calls this)."""
+    if isinstance(app, Flask) and "PROMESA_QUEUE" in app.config:  # not the bench's bare baseline app
+        from .ingest import push_now
+
+        app.extensions["promesa_handoff"] = HandOff(app, push_now).start()
+
+
+def of(app: Flask) -> HandOff | None:
+    return app.extensions.get("promesa_handoff")

@@ -1,0 +1,82 @@
+"""Ingest's hand-off thread (gunicorn's workers run one): a request answers without waiting for Redis,
+what gathers meanwhile goes in one push, and nothing queued is lost when the process stops."""
+
+from __future__ import annotations
+
+import threading
+
+from flask import Flask
+
+from dashboard import handoff
+from dashboard.ingest import push_now
+from dashboard.queue import WorkQueue
+
+
+def ready_items(app) -> list[str]:
+    work = WorkQueue.for_app(app)
+    return [item.decode() for item in work.conn.lrange(work.ready_key, 0, -1)]
+
+
+def wait_for(condition, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds * 100)):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the hand-off thread never pushed")
+
+
+def test_requests_answer_while_redis_is_slow_and_what_gathers_goes_in_one_push(app, producer, receiver):
+    producer.subscribe(receiver.url + "/ok")
+    gate, pushes = threading.Event(), []
+
+    def slow_push(items):
+        pushes.append(list(items))
+        assert gate.wait(10)  # Redis answering slowly: the first push holds the thread
+        push_now(items)
+
+    thread = app.extensions["promesa_handoff"] = handoff.HandOff(app, slow_push).start()
+    try:
+        accepted = [producer.publish()]
+        wait_for(lambda: pushes)
+        accepted += [producer.publish() for _ in range(4)]  # each answers while the first push still waits
+        assert len(pushes) == 1 and not ready_items(app)
+        gate.set()
+        thread.stop()
+    finally:
+        del app.extensions["promesa_handoff"]
+    assert [len(p) for p in pushes] == [1, 4]
+    assert len(ready_items(app)) == 5 and all(a["deliveries"] == 1 for a in accepted)
+
+
+def test_stopping_pushes_what_is_queued_and_a_failed_push_does_not_end_the_thread(app, producer, receiver):
+    producer.subscribe(receiver.url + "/ok")
+    calls = []
+
+    def push(items):
+        calls.append(len(items))
+        if len(calls) == 1:
+            raise RuntimeError("a push that fails")
+        push_now(items)
+
+    thread = app.extensions["promesa_handoff"] = handoff.HandOff(app, push).start()
+    try:
+        producer.publish()  # its push fails: the sweeper owns that one
+        wait_for(lambda: calls)
+        producer.publish()
+        producer.publish()
+        thread.stop()
+    finally:
+        del app.extensions["promesa_handoff"]
+    assert sum(calls[1:]) == 2 and len(ready_items(app)) == 2
+
+
+def test_only_promesa_apps_get_a_thread(app):
+    bare = Flask("baseline")  # the bench's bare ingest baseline is served with the same gunicorn settings
+    handoff.start(bare)
+    assert "promesa_handoff" not in bare.extensions
+    handoff.start(app)
+    try:
+        assert handoff.of(app) is not None
+    finally:
+        handoff.of(app).stop()
+        del app.extensions["promesa_handoff"]
