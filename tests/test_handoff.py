@@ -80,3 +80,18 @@ def test_only_promesa_apps_get_a_thread(app):
     finally:
         handoff.of(app).stop()
         del app.extensions["promesa_handoff"]
+
+
+def test_each_gunicorn_worker_starts_its_thread_once_the_app_is_loaded(app):
+    import gc
+    from types import SimpleNamespace
+
+    from dashboard import webserver
+
+    webserver.post_worker_init(SimpleNamespace(wsgi=app))  # what gunicorn calls in each worker
+    try:
+        assert handoff.of(app) is not None
+    finally:
+        gc.unfreeze()
+        handoff.of(app).stop()
+        del app.extensions["promesa_handoff"]
