@@ -322,47 +322,65 @@ def ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempoten
     return results
 
 
-@functools.lru_cache(maxsize=32)
-def _unnest_insert(table: Table, row_names: tuple[str, ...], same_names: tuple[str, ...], dialect):
-    """The INSERT ... SELECT FROM unnest() for these columns, and each column's bind processor (None,
-    or e.g. dict -> psycopg Json): built once per table and columns. None when a column with a Python-side
-    default is missing (the executemany fills it in per row)."""
+def _how_to_send(table: Table, name: str, dialect):
+    """A column's bind processor (None, or e.g. dict -> psycopg Json) and the SQL type to cast its value to.
+    Strings are cast to unbounded VARCHAR, so that a value too long for its column fails as in a plain
+    INSERT (a cast to VARCHAR(n) would cut it short)."""
+    kind = table.c[name].type.dialect_impl(dialect)
+    return kind.bind_processor(dialect), String() if isinstance(kind, String) else kind
+
+
+class _InsertPlan(NamedTuple):
+    """A one-statement INSERT and how to send its values: the values every row shares come first, then
+    one array per column (INSERT ... SELECT FROM unnest), or, for a single row, one value per column."""
+    sql: str
+    row_processors: list
+    same_processors: list
+    one_row: bool
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_plan(table: Table, row_names: tuple[str, ...], same_names: tuple[str, ...], dialect,
+                 one_row: bool) -> _InsertPlan | None:
+    """Built once per table, columns and shape. None when a column with a Python-side default is
+    missing (the executemany fills it in per row)."""
     if any(c.default is not None and c.name not in (*row_names, *same_names) for c in table.c):
         return None
-
-    def how_to_send(name):
-        # Strings are cast to unbounded VARCHAR, so that a value too long for its column fails as in a
-        # plain INSERT (a cast to VARCHAR(n) would cut it short).
-        kind = table.c[name].type.dialect_impl(dialect)
-        return kind.bind_processor(dialect), String() if isinstance(kind, String) else kind
-
-    row_processors, array_sql, same_processors, same_sql = [], [], [], []
+    row_processors, row_sql, same_processors, same_sql = [], [], [], []
     for name in row_names:
-        process, sql_type = how_to_send(name)
+        process, sql_type = _how_to_send(table, name, dialect)
         row_processors.append(process)
-        array_sql.append(f"%b::{ARRAY(sql_type).compile(dialect=dialect)}")
+        row_sql.append(f"%b::{(sql_type if one_row else ARRAY(sql_type)).compile(dialect=dialect)}")
     for name in same_names:
-        process, sql_type = how_to_send(name)
+        process, sql_type = _how_to_send(table, name, dialect)
         same_processors.append(process)
         same_sql.append(f"%b::{sql_type.compile(dialect=dialect)}")
     quote = dialect.identifier_preparer.quote
-    sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in (*row_names, *same_names))}) "
-           f"SELECT {', '.join(['given.*', *same_sql])} FROM unnest({', '.join(array_sql)}) AS given")
-    return sql, row_processors, same_processors
+    columns = ", ".join(quote(n) for n in (*same_names, *row_names))
+    if one_row:
+        # psycopg dumps an array at several times a value's cost, and a single event is one row of each table.
+        sql = f"INSERT INTO {quote(table.name)} ({columns}) VALUES ({', '.join([*same_sql, *row_sql])})"
+    else:
+        sql = (f"INSERT INTO {quote(table.name)} ({columns}) "
+               f"SELECT {', '.join([*same_sql, 'given.*'])} FROM unnest({', '.join(row_sql)}) AS given")
+    return _InsertPlan(sql, row_processors, same_processors, one_row)
 
 
-def _unnest_plan(connection, table: Table, rows: list[dict], same: dict):
+def _plan_for(connection, table: Table, rows: list[dict], same: dict) -> _InsertPlan | None:
     dialect = connection.dialect
     if (dialect.name, dialect.driver) == ("postgresql", "psycopg"):
-        return _unnest_insert(table, tuple(rows[0]), tuple(same), dialect)
+        return _insert_plan(table, tuple(rows[0]), tuple(same), dialect, len(rows) == 1)
     return None
 
 
-def _unnest_parameters(plan, rows: list[dict], same: dict) -> tuple:
-    _, row_processors, same_processors = plan
+def _insert_parameters(plan: _InsertPlan, rows: list[dict], same: dict) -> tuple:
+    scalars = [process(value) if process else value for value, process in zip(same.values(), plan.same_processors)]
+    if plan.one_row:
+        row = rows[0]
+        return (*scalars, *[process(row[name]) if process else row[name]
+                            for name, process in zip(row, plan.row_processors)])
     arrays = [[process(row[name]) for row in rows] if process else [row[name] for row in rows]
-              for name, process in zip(rows[0], row_processors)]
-    scalars = [process(value) if process else value for value, process in zip(same.values(), same_processors)]
+              for name, process in zip(rows[0], plan.row_processors)]
     return (*scalars, *arrays)
 
 
@@ -370,33 +388,32 @@ def insert_rows(table: Table, rows: list[dict], same: dict) -> None:
     """INSERT rows (dicts with the same keys), each with the values in `same` too: one statement on
     PostgreSQL (psycopg), an executemany elsewhere."""
     connection = db.session.connection()
-    plan = _unnest_plan(connection, table, rows, same)
+    plan = _plan_for(connection, table, rows, same)
     if plan is None:
         connection.execute(insert(table), [row | same for row in rows])
         return
     # An executemany is one INSERT per row, and that per-row work (SQLAlchemy, psycopg, the protocol, the
     # executor) was most of the CPU of a batch, here and in PostgreSQL. Instead: INSERT ... SELECT FROM
-    # unnest() of one array per column, in psycopg's binary format (%b: no text quoting of each element);
-    # the values every row shares are sent once.
-    connection.exec_driver_sql(plan[0], _unnest_parameters(plan, rows, same))
+    # unnest() of one array per column (one value per column for a single row), in psycopg's binary format
+    # (%b: no text quoting of each element); the values every row shares are sent once.
+    connection.exec_driver_sql(plan.sql, _insert_parameters(plan, rows, same))
 
 
 def insert_events(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict) -> None:
     """Store events and their deliveries. On PostgreSQL one statement does both (the events' INSERT in a
     WITH): one round trip, and atomic on its own, so ingest needs no transaction around it (ingest_path)."""
     connection = db.session.connection()
-    plans = [_unnest_plan(connection, Event.__table__, events, events_same)]
+    plans = [_plan_for(connection, Event.__table__, events, events_same)]
     if deliveries:
-        plans.append(_unnest_plan(connection, Delivery.__table__, deliveries, deliveries_same))
+        plans.append(_plan_for(connection, Delivery.__table__, deliveries, deliveries_same))
     if None in plans or len(plans) == 1:
         insert_rows(Event.__table__, events, events_same)
         if deliveries:
             insert_rows(Delivery.__table__, deliveries, deliveries_same)
         return
-    (events_sql, *_), (deliveries_sql, *_) = plans
-    connection.exec_driver_sql(f"WITH stored_events AS ({events_sql}) {deliveries_sql}",
-                               (*_unnest_parameters(plans[0], events, events_same),
-                                *_unnest_parameters(plans[1], deliveries, deliveries_same)))
+    connection.exec_driver_sql(f"WITH stored_events AS ({plans[0].sql}) {plans[1].sql}",
+                               (*_insert_parameters(plans[0], events, events_same),
+                                *_insert_parameters(plans[1], deliveries, deliveries_same)))
 
 
 def store_once(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict) -> None:

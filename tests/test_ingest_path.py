@@ -83,3 +83,34 @@ def test_a_single_event_is_two_statements_its_token_routing_and_declaration_then
     else:
         assert verbs == ["SELECT", "INSERT", "INSERT"], statements
     assert db.session.get(Event, accepted["id"]).version == 2  # the latest declared version, read with the routing
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_one_statement_inserts_store_every_value_and_refuse_one_too_long(app, producer, clock, rows):
+    """insert_rows sends one value per column for a single row and one array per column for more (on
+    PostgreSQL): either way every value arrives as sent, and a value too long for its column fails as a
+    plain INSERT would, not cut short."""
+    import datetime as dt
+
+    from sqlalchemy.exc import DataError
+
+    from dashboard.ingest import insert_rows
+
+    now = clock.now()
+    same = {"team_id": producer.team.id, "idempotency_key": None, "created_at": now}
+
+    def events(type_):
+        return [{"key": f"evt_k{rows}_{n}", "id": f"e{n}", "type": type_, "version": 2, "data": {"n": n, "s": "é"},
+                 "resource_id": None, "body": "{}", "occurred_at": now - dt.timedelta(seconds=n)} for n in range(rows)]
+
+    insert_rows(Event.__table__, events("a.b"), same)
+    db.session.commit()
+    stored = {e.key: e for e in db.session.scalars(select(Event).where(Event.team_id == producer.team.id))}
+    for row in events("a.b"):
+        e = stored[row["key"]]
+        assert (e.id, e.type, e.version, e.data, e.resource_id, e.occurred_at, e.idempotency_key) == \
+            (row["id"], "a.b", 2, row["data"], None, row["occurred_at"], None)
+    if db.engine.dialect.name == "postgresql":
+        with pytest.raises(DataError):
+            insert_rows(Event.__table__, [r | {"key": r["key"] + "x"} for r in events("t" * 201)], same)
+        db.session.rollback()
