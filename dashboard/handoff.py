@@ -23,16 +23,20 @@ from flask import Flask
 log = logging.getLogger(__name__)
 
 _STOP = object()
+# Requests' worth of work items waiting for one push. Past it (Redis hung, not refusing) ingest drops
+# them and says so, and the sweeper enqueues them from the database instead: memory stays bounded.
+MAX_WAITING = 10_000
 
 
 class HandOff:
     """One app's push thread. `put` never blocks; `stop` pushes what is left, then ends the thread."""
 
-    def __init__(self, app: Flask, push):
+    def __init__(self, app: Flask, push, max_waiting: int = MAX_WAITING):
         self.app = app
         self._push = push  # push(items): hands items to Redis, and never raises for Redis being away
-        self._items: queue.SimpleQueue = queue.SimpleQueue()
+        self._items: queue.Queue = queue.Queue(max_waiting)
         self._thread = threading.Thread(target=self._run, name="promesa-handoff", daemon=True)
+        self._dropping = False
 
     def start(self) -> HandOff:
         self._thread.start()
@@ -40,11 +44,21 @@ class HandOff:
         return self
 
     def put(self, items: list[str]) -> None:
-        self._items.put(items)
+        try:
+            self._items.put_nowait(items)
+            self._dropping = False
+        except queue.Full:
+            if not self._dropping:  # once per episode, not once per request
+                self._dropping = True
+                log.error("the hand-off to Redis is %d requests behind; new work waits for the sweeper",
+                          self._items.maxsize)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._thread.is_alive():
-            self._items.put(_STOP)
+            try:
+                self._items.put(_STOP, timeout=timeout)
+            except queue.Full:
+                return  # a hung push: what is queued waits for the sweeper
             self._thread.join(timeout)
 
     def _run(self) -> None:

@@ -95,3 +95,29 @@ def test_each_gunicorn_worker_starts_its_thread_once_the_app_is_loaded(app):
         gc.unfreeze()
         handoff.of(app).stop()
         del app.extensions["promesa_handoff"]
+
+
+def test_a_hung_redis_costs_bounded_memory_and_never_blocks_a_request(app, producer, receiver, clock, caplog):
+    from dashboard.sweeper import sweep_once
+
+    producer.subscribe(receiver.url + "/ok")
+    gate, pushes = threading.Event(), []
+
+    def hung_push(items):
+        pushes.append(list(items))
+        assert gate.wait(10)
+        push_now(items)
+
+    thread = app.extensions["promesa_handoff"] = handoff.HandOff(app, hung_push, max_waiting=2).start()
+    try:
+        producer.publish()
+        wait_for(lambda: pushes)
+        accepted = [producer.publish() for _ in range(4)]  # 2 wait for the push, 2 are left to the sweeper
+        assert all(a["deliveries"] == 1 for a in accepted)
+        assert sum("behind" in r.getMessage() for r in caplog.records) == 1
+        gate.set()
+        thread.stop()
+    finally:
+        del app.extensions["promesa_handoff"]
+    assert [len(p) for p in pushes] == [1, 2] and len(ready_items(app)) == 3
+    assert sweep_once(app, clock) == 2 and len(ready_items(app)) == 5  # the dropped ones, from the database
