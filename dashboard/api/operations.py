@@ -15,7 +15,7 @@ Adding an endpoint (say `DELETE /subscriptions/<subscription_id>`):
    `@operation(body=Model)` passes the validated body as `body=`; `query=Model` passes `query=`.
    Every operation needs a team token unless `public=True` (g.team is the caller's team).
    `token_read_by_view=True` leaves the token's lookup to the view, which finds the team inside a
-   statement it makes anyway (`g.bearer`: the token's digest; see `create_event`).
+   statement it makes anyway (`g.bearer_digest`; see `create_event`).
    `errors` lists the statuses the view itself raises (ApiError); the ones the machinery raises
    are added for you: 401 (token), 400 / 413 / 415 (a body), 400 (a query or an id in the path),
    404 (an id in the path).
@@ -64,11 +64,9 @@ def operation(summary: str, *, responses: dict, body: type[BaseModel] | None = N
     def decorate(view):
         @functools.wraps(view)
         def wrapped(**path):
-            if declared.public:
-                pass
-            elif declared.token_read_by_view:
-                g.bearer = ApiToken.digest(bearer_token())
-            else:
+            if declared.token_read_by_view:
+                g.bearer_digest = ApiToken.digest(bearer_token())
+            elif not declared.public:
                 authenticate()
             try:
                 if declared.body is not None:

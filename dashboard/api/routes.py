@@ -59,7 +59,7 @@ def openapi():
            responses={202: schemas.Accepted}, errors=(409, 422), links_to="event_id", token_read_by_view=True)
 def create_event(body: schemas.EventInput):
     # The token is checked by the statement that reads the event's routing: one round trip fewer per event.
-    accepted = ingest_service.ingest(ingest_service.BearerToken(g.bearer), body, request.headers.get("Idempotency-Key"))
+    accepted = ingest_service.ingest(ingest_service.BearerToken(g.bearer_digest), body, request.headers.get("Idempotency-Key"))
     return jsonify(id=accepted.id, deliveries=accepted.deliveries, duplicate=accepted.duplicate), 202
 
 
