@@ -14,6 +14,7 @@ test client, the CLI) `ingest.enqueue` pushes inline.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import queue
 import threading
@@ -64,17 +65,12 @@ class HandOff:
     def _run(self) -> None:
         stopping = False
         while not stopping:
-            gathered = []
-            first = self._items.get()
-            while True:  # everything queued meanwhile goes in the same push
-                if first is _STOP:
-                    stopping = True
-                else:
-                    gathered.extend(first)
-                try:
-                    first = self._items.get_nowait()
-                except queue.Empty:
-                    break
+            waiting = [self._items.get()]
+            with contextlib.suppress(queue.Empty):
+                while True:  # everything queued meanwhile goes in the same push
+                    waiting.append(self._items.get_nowait())
+            stopping = any(items is _STOP for items in waiting)
+            gathered = [item for items in waiting if items is not _STOP for item in items]
             if gathered:
                 try:
                     with self.app.app_context():

@@ -373,15 +373,16 @@ def _plan_for(connection, table: Table, rows: list[dict], same: dict) -> _Insert
     return None
 
 
+def _sent(values, processors) -> list:
+    return [process(value) if process else value for value, process in zip(values, processors)]
+
+
 def _insert_parameters(plan: _InsertPlan, rows: list[dict], same: dict) -> tuple:
-    scalars = [process(value) if process else value for value, process in zip(same.values(), plan.same_processors)]
     if plan.one_row:
-        row = rows[0]
-        return (*scalars, *[process(row[name]) if process else row[name]
-                            for name, process in zip(row, plan.row_processors)])
+        return (*_sent(same.values(), plan.same_processors), *_sent(rows[0].values(), plan.row_processors))
     arrays = [[process(row[name]) for row in rows] if process else [row[name] for row in rows]
               for name, process in zip(rows[0], plan.row_processors)]
-    return (*scalars, *arrays)
+    return (*_sent(same.values(), plan.same_processors), *arrays)
 
 
 def insert_rows(table: Table, rows: list[dict], same: dict) -> None:

@@ -11,18 +11,12 @@ from dashboard import handoff
 from dashboard.ingest import push_now
 from dashboard.queue import WorkQueue
 
+from .support.waiting import wait_until
+
 
 def ready_items(app) -> list[str]:
     work = WorkQueue.for_app(app)
     return [item.decode() for item in work.conn.lrange(work.ready_key, 0, -1)]
-
-
-def wait_for(condition, seconds: float = 10.0) -> None:
-    for _ in range(int(seconds * 100)):
-        if condition():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the hand-off thread never pushed")
 
 
 def test_requests_answer_while_redis_is_slow_and_what_gathers_goes_in_one_push(app, producer, receiver):
@@ -37,7 +31,7 @@ def test_requests_answer_while_redis_is_slow_and_what_gathers_goes_in_one_push(a
     thread = app.extensions["promesa_handoff"] = handoff.HandOff(app, slow_push).start()
     try:
         accepted = [producer.publish()]
-        wait_for(lambda: pushes)
+        assert wait_until(lambda: pushes, 10, every=0.01)
         accepted += [producer.publish() for _ in range(4)]  # each answers while the first push still waits
         assert len(pushes) == 1 and not ready_items(app)
         gate.set()
@@ -61,7 +55,7 @@ def test_stopping_pushes_what_is_queued_and_a_failed_push_does_not_end_the_threa
     thread = app.extensions["promesa_handoff"] = handoff.HandOff(app, push).start()
     try:
         producer.publish()  # its push fails: the sweeper owns that one
-        wait_for(lambda: calls)
+        assert wait_until(lambda: calls, 10, every=0.01)
         producer.publish()
         producer.publish()
         thread.stop()
@@ -111,7 +105,7 @@ def test_a_hung_redis_costs_bounded_memory_and_never_blocks_a_request(app, produ
     thread = app.extensions["promesa_handoff"] = handoff.HandOff(app, hung_push, max_waiting=2).start()
     try:
         producer.publish()
-        wait_for(lambda: pushes)
+        assert wait_until(lambda: pushes, 10, every=0.01)
         accepted = [producer.publish() for _ in range(4)]  # 2 wait for the push, 2 are left to the sweeper
         assert all(a["deliveries"] == 1 for a in accepted)
         assert sum("behind" in r.getMessage() for r in caplog.records) == 1

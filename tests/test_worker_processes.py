@@ -19,6 +19,7 @@ from dashboard.models import Delivery
 from dashboard.sweeper import sweep_once
 
 from .support.pipeline import deliver_due
+from .support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -26,17 +27,6 @@ pytestmark = pytest.mark.slow
 def states():
     db.session.expire_all()
     return dict(db.session.execute(select(Delivery.state, func.count()).group_by(Delivery.state)).all())
-
-
-def wait_until(predicate, timeout: float, every: float = 0.2, on_wait=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        if on_wait:
-            on_wait()
-        time.sleep(every)
-    return predicate()
 
 
 class TestFlushedRedis:

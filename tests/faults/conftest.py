@@ -204,15 +204,6 @@ def producer(fault_app):
     return Producer(fault_app.test_client(), "faults")
 
 
-def wait_until(predicate, timeout: float, every: float = 0.25) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(every)
-    return predicate()
-
-
 def query(sql: str, **params) -> list:
     """Rows on a connection of its own (no pool): the test terminates pooled connections meanwhile."""
     engine = sa.create_engine(db.engine.url, poolclass=sa.pool.NullPool)

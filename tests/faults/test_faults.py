@@ -18,7 +18,8 @@ from tests.support.pipeline import deliver_due
 from tests.support.receiver import Receiver
 from tests.test_outages import terminate_other_backends
 
-from .conftest import close_the_books, query, report, unsettled, wait_until
+from ..support.waiting import wait_until
+from .conftest import close_the_books, query, report, unsettled
 
 # The outage. Workers back off up to 5 s between tries, so a 20 s outage covers several
 # backoff steps and the first try after Redis returns.
