@@ -277,6 +277,44 @@ def test_waiting_work_is_sent_while_the_next_claim_is_under_way(app, producer, r
     assert received_during_claims == [0, 6]
 
 
+def test_work_arriving_one_delivery_at_a_time_is_claimed_a_few_at_a_time(app, producer, receiver, clock,
+                                                                        monkeypatch):
+    """A pop, a claim and their thread hand-offs cost nearly as much for one delivery as for twenty: after
+    a pop that empties the list, the drain lets arrivals gather before the next. The first delivery after
+    a quiet spell still goes at once."""
+    import threading
+    import time
+
+    from dashboard.delivery import engine as engine_module
+    from dashboard.delivery.engine import DeliveryEngine
+    from dashboard.queue import WorkQueue
+
+    from .support.waiting import wait_until
+
+    monkeypatch.setattr(engine_module, "GATHER_SECONDS", 3.0)  # wide: a slow machine cannot split the arrivals
+    producer.subscribe(receiver.url + "/ok")
+    for _ in range(10):
+        producer.publish()
+    work = WorkQueue.for_app(app)
+    items = work.pop_ready(100)  # taken back, to arrive again one at a time
+    assert len(items) == 10
+    engine = DeliveryEngine(app, work, clock)
+    drained = []
+    drain = threading.Thread(target=lambda: drained.append(engine.drain(None, 30, linger_seconds=0.5)))
+    drain.start()
+    try:
+        work.push(items[:1])
+        assert wait_until(lambda: receiver.count("/ok") == 1, timeout=2.5)  # at once, not after a gather
+        for item in items[1:]:
+            time.sleep(0.02)
+            work.push([item])
+    finally:
+        drain.join(30)
+    [stats] = drained
+    assert stats.succeeded == 10 and receiver.count("/ok") == 10
+    assert stats.claims == 2, stats  # the first alone, then the nine that arrived one by one
+
+
 @pytest.mark.postgres
 def test_the_claim_finds_its_rows_by_primary_key_when_statistics_are_stale(app, producer, receiver, clock,
                                                                            database_url):

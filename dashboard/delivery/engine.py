@@ -73,6 +73,11 @@ RECORD_DELAY_SECONDS = 0.05
 # How often an idle drain looks for new work, and the longest single blocking wait for it.
 POLL_SECONDS = 0.005
 LINGER_POLL_SECONDS = 0.5
+# After a pop that emptied the list, the next waits this long, so that work arriving one delivery at a
+# time is claimed a few at a time: a pop, a claim and their thread hand-offs cost nearly the same for one
+# delivery as for twenty, and per delivery they were most of a worker's CPU. A pop that fills its room is
+# followed at once, and the first delivery after a quiet spell is taken as soon as it arrives.
+GATHER_SECONDS = 0.05
 # A waiting delivery is started only while this much of its lease is left unused.
 LEASE_SAFETY = 0.5
 # Leases of what a drain holds (in flight, waiting, being recorded) are renewed this often, as a
@@ -477,7 +482,8 @@ class DeliveryEngine:
         renew_every = self.lease_seconds * LEASE_RENEW_FRACTION
         next_renewal = started + renew_every
         idle_since = None
-        next_pop = 0.0
+        next_pop = 0.0  # after an empty pop: do not ask Redis on every completion
+        gather_until = 0.0  # after a pop that emptied the list: let arrivals gather
         while True:
             now = time.monotonic()
             if self.stopping.is_set():
@@ -493,14 +499,16 @@ class DeliveryEngine:
             # deliveries costs the database nearly what a claim of a hundred does.
             refill = room >= min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2) or not run.waiting_total
             if (now < deadline and run.claiming is None and refill and room > 0
-                    and len(run.in_flight) < self.max_in_flight and now >= next_pop):
+                    and len(run.in_flight) < self.max_in_flight and now >= max(next_pop, gather_until)):
                 items = self.work.pop_ready(room)
                 popped = len(items)
+                if not popped:
+                    next_pop = now + POLL_SECONDS
+                elif popped < room:
+                    gather_until = now + GATHER_SECONDS
                 ids = await run.admit(items)
                 if ids:
                     run.start_claim(ids)
-                else:
-                    next_pop = now + POLL_SECONDS  # an empty list: do not ask Redis on every completion
             if (run.in_flight or run.claiming is not None) and not popped:
                 await run.wait(POLL_SECONDS)
             run.collect()
@@ -516,16 +524,22 @@ class DeliveryEngine:
                     if now >= deadline:
                         break
                     idle_since = idle_since or now
-                    if now - idle_since >= linger_seconds:
+                    if now - idle_since >= linger_seconds and now >= gather_until:
                         break
                     wait = max(0.01, min(LINGER_POLL_SECONDS, linger_seconds - (now - idle_since)))
-                # Nothing in flight: wait for new work in Redis (keeping the warm pool) rather than end.
-                items = await asyncio.to_thread(self.work.wait_ready, min(POP_BATCH, self.max_in_flight), wait)
-                ids = await run.admit(items)
-                if ids:
-                    await run.take(ids, await asyncio.to_thread(self.claim, ids))
-                if items:
-                    idle_since = None
+                if now < gather_until:  # work came a moment ago: more is likely on its way
+                    await asyncio.sleep(min(wait, gather_until - now))
+                else:
+                    # Nothing in flight: wait for new work in Redis (keeping the warm pool) rather than end.
+                    count = min(POP_BATCH, self.max_in_flight)
+                    items = await asyncio.to_thread(self.work.wait_ready, count, wait)
+                    if items and len(items) < count:
+                        gather_until = time.monotonic() + GATHER_SECONDS
+                    ids = await run.admit(items)
+                    if ids:
+                        await run.take(ids, await asyncio.to_thread(self.claim, ids))
+                    if items:
+                        idle_since = None
             else:
                 idle_since = None
             if slot_token and time.monotonic() > next_heartbeat:
