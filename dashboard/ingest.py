@@ -18,7 +18,7 @@ from sqlalchemy import String, Table, Text, and_, bindparam, cast, func, insert,
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from . import catalog, handoff
+from . import catalog, handoff, ingest_path
 from .clock import iso
 from .extensions import db
 from .ids import new_ids
@@ -149,9 +149,9 @@ def _type_pattern(event_type: str) -> str:
 def _routing(team_id: int, event_types: set[str]) -> list:
     """What routing needs of each subscription that may want one of these event types."""
     if len(event_types) == 1:
-        return db.session.execute(_ROUTING_ONE_TYPE, {"team_id": team_id,
-                                                      "type_pattern": _type_pattern(next(iter(event_types)))}).all()
-    return db.session.execute(_ROUTING, {"team_id": team_id}).all()
+        return ingest_path.connection().execute(_ROUTING_ONE_TYPE, {
+            "team_id": team_id, "type_pattern": _type_pattern(next(iter(event_types)))}).all()
+    return ingest_path.connection().execute(_ROUTING, {"team_id": team_id}).all()
 
 
 def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None
@@ -164,7 +164,7 @@ def _routing_and_declaration(producer: Team | BearerToken, event_type: str, vers
         | ({"digest": producer.digest} if by_token else {"team_id": producer.id}) \
         | ({} if version is None else {"version": version})
     # Core, not the ORM session: this runs on every request, and returns plain rows anyway.
-    rows = db.session.connection().execute(_ROUTED_AND_DECLARED[by_token, version is not None], params).all()
+    rows = ingest_path.connection().execute(_ROUTED_AND_DECLARED[by_token, version is not None], params).all()
     if not rows:
         raise invalid_token()
     first = rows[0]
@@ -388,7 +388,7 @@ def _insert_parameters(plan: _InsertPlan, rows: list[dict], same: dict) -> tuple
 def insert_rows(table: Table, rows: list[dict], same: dict) -> None:
     """INSERT rows (dicts with the same keys), each with the values in `same` too: one statement on
     PostgreSQL (psycopg), an executemany elsewhere."""
-    connection = db.session.connection()
+    connection = ingest_path.connection()
     plan = _plan_for(connection, table, rows, same)
     if plan is None:
         connection.execute(insert(table), [row | same for row in rows])
@@ -403,7 +403,7 @@ def insert_rows(table: Table, rows: list[dict], same: dict) -> None:
 def insert_events(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict) -> None:
     """Store events and their deliveries. On PostgreSQL one statement does both (the events' INSERT in a
     WITH): one round trip, and atomic on its own, so ingest needs no transaction around it (ingest_path)."""
-    connection = db.session.connection()
+    connection = ingest_path.connection()
     plans = [_plan_for(connection, Event.__table__, events, events_same)]
     if deliveries:
         plans.append(_plan_for(connection, Delivery.__table__, deliveries, deliveries_same))
@@ -426,15 +426,15 @@ def store_once(events: list[dict], events_same: dict, deliveries: list[dict], de
     the write runs again only if nothing was stored."""
     def write():
         insert_events(events, events_same, deliveries, deliveries_same)
-        db.session.commit()
+        ingest_path.commit()
 
     try:
         write()
     except DBAPIError as error:
         if not error.connection_invalidated:
             raise
-        db.session.rollback()
-        stored = db.session.scalar(select(Event.key).where(Event.key == events[0]["key"])) is not None
+        ingest_path.discard()
+        stored = ingest_path.connection().scalar(select(Event.key).where(Event.key == events[0]["key"])) is not None
         log.warning("ingest: the database connection was lost under the write (%s); %s", type(error.orig).__name__,
                     "it had been stored" if stored else "writing it again on a new connection")
         if not stored:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import func, select
 
 from dashboard import ingest as ingest_module
+from dashboard import ingest_path
 from dashboard.extensions import db
 from dashboard.models import Attempt, Delivery
 from dashboard.sweeper import sweep_once
@@ -195,7 +196,7 @@ def test_an_ingest_write_whose_connection_dies_stores_the_event_once_and_answers
     real_insert, lost = ingest_module.insert_events, []
 
     def insert_then_lose_the_connection(*args):
-        connection = db.session.connection()
+        connection = ingest_path.connection()
         if not lost:
             assert connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"  # the production path
             if stored_before_the_loss:  # stored, and the answer lost with the connection
