@@ -1,9 +1,10 @@
 """Ingest's hand-off of committed work to Redis, from a thread of its own in each web process.
 
 A request that stored events puts their work items on an in-process queue and answers at once; one
-thread per process pushes whatever has gathered in a single Redis call. Under load several requests'
-items go in one push, and no request waits for Redis: the push was a sixth of a single-event
-request's CPU, and its round trip one more wait for the interpreter's lock among gunicorn's threads.
+thread per process pushes whatever has gathered in a single Redis call, at most one push every
+PUSH_INTERVAL_SECONDS. Under load several requests' items go in one push, and no request waits for
+Redis: the push was a sixth of a single-event request's CPU, and its round trip one more wait for the
+interpreter's lock among gunicorn's threads.
 
 Nothing is lost by answering first: the deliveries are committed before their items are queued here,
 and the sweeper enqueues any due delivery Redis does not hold (a process killed before its push, or
@@ -18,6 +19,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 
 from flask import Flask
 
@@ -27,14 +29,19 @@ _STOP = object()
 # Requests' worth of work items waiting for one push. Past it (Redis hung, not refusing) ingest drops
 # them and says so, and the sweeper enqueues them from the database instead: memory stays bounded.
 MAX_WAITING = 10_000
+# Under load, pushes are at least this far apart, so that each carries several requests' work: a push
+# costs nearly as much for one item as for ten. The first push after a quiet spell goes at once.
+PUSH_INTERVAL_SECONDS = 0.02
 
 
 class HandOff:
     """One app's push thread. `put` never blocks; `stop` pushes what is left, then ends the thread."""
 
-    def __init__(self, app: Flask, push, max_waiting: int = MAX_WAITING):
+    def __init__(self, app: Flask, push, max_waiting: int = MAX_WAITING,
+                 push_interval: float = PUSH_INTERVAL_SECONDS):
         self.app = app
         self._push = push  # push(items): hands items to Redis, and never raises for Redis being away
+        self._push_interval = push_interval
         self._items: queue.Queue = queue.Queue(max_waiting)
         self._thread = threading.Thread(target=self._run, name="promesa-handoff", daemon=True)
         self._dropping = False
@@ -64,8 +71,11 @@ class HandOff:
 
     def _run(self) -> None:
         stopping = False
+        next_push = 0.0
         while not stopping:
             waiting = [self._items.get()]
+            if (early := next_push - time.monotonic()) > 0 and waiting[0] is not _STOP:
+                time.sleep(early)  # the last push was a moment ago: let more gather for this one
             with contextlib.suppress(queue.Empty):
                 while True:  # everything queued meanwhile goes in the same push
                     waiting.append(self._items.get_nowait())
@@ -77,6 +87,7 @@ class HandOff:
                         self._push(gathered)
                 except Exception:  # noqa: BLE001 - the thread must outlive any one push; the sweeper has them
                     log.exception("could not hand %d deliveries to Redis; the sweeper will", len(gathered))
+                next_push = time.monotonic() + self._push_interval
 
 
 def start(app) -> None:

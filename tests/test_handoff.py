@@ -42,6 +42,30 @@ def test_requests_answer_while_redis_is_slow_and_what_gathers_goes_in_one_push(a
     assert len(ready_items(app)) == 5 and all(a["deliveries"] == 1 for a in accepted)
 
 
+def test_under_load_pushes_are_spaced_so_that_each_carries_several_requests(app, producer, receiver):
+    """A push costs nearly as much for one item as for ten: the next push after one waits out the interval."""
+    import time
+
+    producer.subscribe(receiver.url + "/ok")
+    pushes = []
+
+    def push(items):
+        pushes.append(len(items))
+        push_now(items)
+
+    thread = app.extensions["promesa_handoff"] = handoff.HandOff(app, push, push_interval=2.0).start()
+    try:
+        producer.publish()
+        assert wait_until(lambda: pushes, 1.5, every=0.01)  # the first after a quiet spell: at once
+        for _ in range(3):
+            time.sleep(0.05)  # each of these would otherwise be pushed on its own
+            producer.publish()
+        thread.stop()
+    finally:
+        del app.extensions["promesa_handoff"]
+    assert pushes == [1, 3] and len(ready_items(app)) == 4
+
+
 def test_stopping_pushes_what_is_queued_and_a_failed_push_does_not_end_the_thread(app, producer, receiver):
     producer.subscribe(receiver.url + "/ok")
     calls = []
