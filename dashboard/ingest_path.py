@@ -41,10 +41,14 @@ def commit() -> None:
 def discard() -> None:
     """After a write whose connection died under it: let that connection go (SQLAlchemy has invalidated it,
     and the next `connection()` is a new one), and roll the session back."""
+    _give_back()
+    db.session.rollback()
+
+
+def _give_back() -> None:
     conn = g.pop("ingest_connection", None)
     if conn is not None:
         conn.close()
-    db.session.rollback()
 
 
 def init_app(app) -> None:
@@ -60,6 +64,4 @@ def init_app(app) -> None:
     @app.teardown_request
     def give_back_the_connection(_exc):
         g.pop("ingest_autocommit", None)
-        conn = g.pop("ingest_connection", None)
-        if conn is not None:
-            conn.close()
+        _give_back()

@@ -485,7 +485,7 @@ class DeliveryEngine:
         next_renewal = started + renew_every
         idle_since = None
         next_pop = 0.0  # after an empty pop: do not ask Redis on every completion
-        gather_until = 0.0  # after a pop that emptied the list: let arrivals gather
+        gather_until = 0.0  # after a small pop that emptied the list: let arrivals gather
         while True:
             now = time.monotonic()
             if self.stopping.is_set():
