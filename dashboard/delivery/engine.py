@@ -80,6 +80,13 @@ LINGER_POLL_SECONDS = 0.5
 # a tenth), and the first delivery after a quiet spell is taken as soon as it arrives.
 GATHER_SECONDS = 0.05
 GATHER_BELOW = 20
+
+
+def _gathers_next(taken: int, asked: int) -> bool:
+    """Did this pop take a few deliveries and empty the list (so the next should let arrivals gather)?"""
+    return 0 < taken < min(asked, GATHER_BELOW)
+
+
 # A waiting delivery is started only while this much of its lease is left unused.
 LEASE_SAFETY = 0.5
 # Leases of what a drain holds (in flight, waiting, being recorded) are renewed this often, as a
@@ -506,7 +513,7 @@ class DeliveryEngine:
                 popped = len(items)
                 if not popped:
                     next_pop = now + POLL_SECONDS
-                elif popped < min(room, GATHER_BELOW):
+                elif _gathers_next(popped, room):
                     gather_until = now + GATHER_SECONDS
                 ids = await run.admit(items)
                 if ids:
@@ -535,7 +542,7 @@ class DeliveryEngine:
                     # Nothing in flight: wait for new work in Redis (keeping the warm pool) rather than end.
                     count = min(POP_BATCH, self.max_in_flight)
                     items = await asyncio.to_thread(self.work.wait_ready, count, wait)
-                    if items and len(items) < min(count, GATHER_BELOW):
+                    if _gathers_next(len(items), count):
                         gather_until = time.monotonic() + GATHER_SECONDS
                     ids = await run.admit(items)
                     if ids:
