@@ -149,9 +149,9 @@ def _type_pattern(event_type: str) -> str:
 def _routing(team_id: int, event_types: set[str]) -> list:
     """What routing needs of each subscription that may want one of these event types."""
     if len(event_types) == 1:
-        return ingest_path.connection().execute(_ROUTING_ONE_TYPE, {
-            "team_id": team_id, "type_pattern": _type_pattern(next(iter(event_types)))}).all()
-    return ingest_path.connection().execute(_ROUTING, {"team_id": team_id}).all()
+        return ingest_path.read(_ROUTING_ONE_TYPE, {"team_id": team_id,
+                                                    "type_pattern": _type_pattern(next(iter(event_types)))})
+    return ingest_path.read(_ROUTING, {"team_id": team_id})
 
 
 def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None
@@ -164,7 +164,7 @@ def _routing_and_declaration(producer: Team | BearerToken, event_type: str, vers
         | ({"digest": producer.digest} if by_token else {"team_id": producer.id}) \
         | ({} if version is None else {"version": version})
     # Core, not the ORM session: this runs on every request, and returns plain rows anyway.
-    rows = ingest_path.connection().execute(_ROUTED_AND_DECLARED[by_token, version is not None], params).all()
+    rows = ingest_path.read(_ROUTED_AND_DECLARED[by_token, version is not None], params)
     if not rows:
         raise invalid_token()
     first = rows[0]
@@ -173,6 +173,7 @@ def _routing_and_declaration(producer: Team | BearerToken, event_type: str, vers
     return [row for row in rows if row.id is not None], declared, Caller(first.team_id, first.strict)
 
 
+_EVENT_KEY = select(Event.key).where(Event.key == bindparam("key"))
 _EVENTS_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"),
                                     Event.id.in_(bindparam("ids", expanding=True)))
 _EVENT_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"), Event.id == bindparam("id"))
@@ -366,8 +367,8 @@ def _insert_plan(table: Table, row_names: tuple[str, ...], same_names: tuple[str
     return _InsertPlan(sql, row_processors, same_processors, one_row)
 
 
-def _plan_for(connection, table: Table, rows: list[dict], same: dict) -> _InsertPlan | None:
-    dialect = connection.dialect
+def _plan_for(table: Table, rows: list[dict], same: dict) -> _InsertPlan | None:
+    dialect = db.engine.dialect
     if (dialect.name, dialect.driver) == ("postgresql", "psycopg"):
         return _insert_plan(table, tuple(rows[0]), tuple(same), dialect, len(rows) == 1)
     return None
@@ -388,33 +389,31 @@ def _insert_parameters(plan: _InsertPlan, rows: list[dict], same: dict) -> tuple
 def insert_rows(table: Table, rows: list[dict], same: dict) -> None:
     """INSERT rows (dicts with the same keys), each with the values in `same` too: one statement on
     PostgreSQL (psycopg), an executemany elsewhere."""
-    connection = ingest_path.connection()
-    plan = _plan_for(connection, table, rows, same)
+    plan = _plan_for(table, rows, same)
     if plan is None:
-        connection.execute(insert(table), [row | same for row in rows])
+        ingest_path.connection().execute(insert(table), [row | same for row in rows])
         return
     # An executemany is one INSERT per row, and that per-row work (SQLAlchemy, psycopg, the protocol, the
     # executor) was most of the CPU of a batch, here and in PostgreSQL. Instead: INSERT ... SELECT FROM
     # unnest() of one array per column (one value per column for a single row), in psycopg's binary format
     # (%b: no text quoting of each element); the values every row shares are sent once.
-    connection.exec_driver_sql(plan.sql, _insert_parameters(plan, rows, same))
+    ingest_path.write(plan.sql, _insert_parameters(plan, rows, same))
 
 
 def insert_events(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict) -> None:
     """Store events and their deliveries. On PostgreSQL one statement does both (the events' INSERT in a
     WITH): one round trip, and atomic on its own, so ingest needs no transaction around it (ingest_path)."""
-    connection = ingest_path.connection()
-    plans = [_plan_for(connection, Event.__table__, events, events_same)]
+    plans = [_plan_for(Event.__table__, events, events_same)]
     if deliveries:
-        plans.append(_plan_for(connection, Delivery.__table__, deliveries, deliveries_same))
+        plans.append(_plan_for(Delivery.__table__, deliveries, deliveries_same))
     if None in plans or len(plans) == 1:
         insert_rows(Event.__table__, events, events_same)
         if deliveries:
             insert_rows(Delivery.__table__, deliveries, deliveries_same)
         return
-    connection.exec_driver_sql(f"WITH stored_events AS ({plans[0].sql}) {plans[1].sql}",
-                               (*_insert_parameters(plans[0], events, events_same),
-                                *_insert_parameters(plans[1], deliveries, deliveries_same)))
+    ingest_path.write(f"WITH stored_events AS ({plans[0].sql}) {plans[1].sql}",
+                      (*_insert_parameters(plans[0], events, events_same),
+                       *_insert_parameters(plans[1], deliveries, deliveries_same)))
 
 
 def store_once(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict) -> None:
@@ -434,7 +433,7 @@ def store_once(events: list[dict], events_same: dict, deliveries: list[dict], de
         if not error.connection_invalidated:
             raise
         ingest_path.discard()
-        stored = ingest_path.connection().scalar(select(Event.key).where(Event.key == events[0]["key"])) is not None
+        stored = bool(ingest_path.read(_EVENT_KEY, {"key": events[0]["key"]}))
         log.warning("ingest: the database connection was lost under the write (%s); %s", type(error.orig).__name__,
                     "it had been stored" if stored else "writing it again on a new connection")
         if not stored:

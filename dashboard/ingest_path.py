@@ -12,48 +12,132 @@ Elsewhere (SQLite, or a caller already in a transaction) ingest uses the session
 
 from __future__ import annotations
 
-from flask import g, request
-from sqlalchemy.engine import Connection
+from flask import current_app, g, request
+from psycopg.rows import namedtuple_row
+from sqlalchemy import create_engine, event, exc
+from sqlalchemy.engine import Connection, Engine
 
 from .extensions import db
+from .outages import drop_dead_connections
 
 # The API endpoints whose only write is ingest's one statement.
 INGEST_ENDPOINTS = frozenset({"api.create_event", "api.create_events"})
 
 
+def in_autocommit() -> bool:
+    """Is this request on ingest's own connection (PostgreSQL, no transaction held by the caller)?"""
+    return bool(g.get("ingest_autocommit"))
+
+
 def connection() -> Connection:
-    """The connection ingest reads its routing from and writes on."""
-    if not g.get("ingest_autocommit"):
-        return db.session.connection()
-    conn = g.get("ingest_connection")
-    if conn is None:
-        # From the app's pool; the pool restores transactions when it takes the connection back.
-        conn = g.ingest_connection = db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-    return conn
+    """The session's connection, where ingest runs inside the caller's transaction (SQLite, tests, a
+    test event sent from a page)."""
+    return db.session.connection()
+
+
+def read(statement, params: dict) -> list:
+    """The rows of a Core SELECT (attribute access by column name)."""
+    if not in_autocommit():
+        return connection().execute(statement, params).all()
+    sql, defaults = _compiled(statement)
+    return _run(sql, defaults | params, fetch=True)
+
+
+def write(sql: str, params) -> None:
+    """Run one write given as the driver's SQL (psycopg's placeholders; see ingest._insert_plan)."""
+    if not in_autocommit():
+        connection().exec_driver_sql(sql, params)
+        return
+    g.promesa_commit_sent = True  # in autocommit it commits as it runs: a lost answer must not run it again
+    _run(sql, params, fetch=False)
+
+
+def engine() -> Engine:
+    """The app's pool of autocommit connections for ingest (PostgreSQL)."""
+    return current_app.extensions[_ENGINE]
+
+
+def _compiled(statement) -> tuple[str, dict]:
+    """A statement's SQL for psycopg and the values of its literal parameters, compiled once per statement."""
+    cache = current_app.extensions[_COMPILED]
+    found = cache.get(statement)
+    if found is None:
+        compiled = statement.compile(dialect=engine().dialect)
+        found = cache[statement] = (compiled.string, {k: v for k, v in compiled.params.items() if v is not None})
+    return found
+
+
+def pooled_connection():
+    """This request's connection from ingest's pool (taken on first use, given back at its end)."""
+    fairy = g.get("ingest_connection")
+    if fairy is None:
+        fairy = g.ingest_connection = engine().raw_connection()
+    return fairy
+
+
+def _run(sql: str, params, fetch: bool) -> list | None:
+    """One statement on psycopg's cursor itself. Through SQLAlchemy's execution (compile cache, execution
+    context, result) the routing read cost twice the CPU; ingest sends two plain statements and needs none
+    of it. Errors come out as SQLAlchemy's would, with a lost connection invalidated (outages, store_once)."""
+    fairy = pooled_connection()
+    driver = fairy.driver_connection
+    try:
+        with driver.cursor(row_factory=namedtuple_row) as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if fetch else None
+    except Exception as error:
+        dialect = engine().dialect
+        if not isinstance(error, dialect.loaded_dbapi.Error):
+            raise
+        lost = dialect.is_disconnect(error, driver, None)
+        if lost:  # the next statement (a request run again, store_once's look) takes a new one
+            fairy.invalidate(error)
+            _give_back()
+        raise exc.DBAPIError.instance(sql, params, error, dialect.loaded_dbapi.Error, connection_invalidated=lost,
+                                      dialect=dialect) from error
 
 
 def commit() -> None:
     """Commit ingest's write (in autocommit it is committed already)."""
-    if not g.get("ingest_autocommit"):
+    if not in_autocommit():
         db.session.commit()
 
 
 def discard() -> None:
-    """After a write whose connection died under it: let that connection go (SQLAlchemy has invalidated it,
-    and the next `connection()` is a new one), and roll the session back."""
+    """After a write whose connection died under it: let that connection go (the next statement takes a new
+    one), and roll the session back."""
     _give_back()
     db.session.rollback()
 
 
 def _give_back() -> None:
-    conn = g.pop("ingest_connection", None)
-    if conn is not None:
-        conn.close()
+    fairy = g.pop("ingest_connection", None)
+    if fairy is not None:
+        fairy.close()
+
+
+_ENGINE = "promesa.ingest_engine"
+_COMPILED = "promesa.ingest_compiled"
+
+
+def _autocommit_engine(app) -> Engine:
+    """A pool of its own, of connections in autocommit from the start. Taken from the app's pool, each request
+    switched its connection to autocommit and back (and the pool rolled it back on return): a tenth of a
+    single-event request's CPU. Nothing here opens a transaction, so there is nothing to reset on return."""
+    engine = create_engine(app.config["SQLALCHEMY_DATABASE_URI"], isolation_level="AUTOCOMMIT",
+                           pool_reset_on_return=None, **app.config["SQLALCHEMY_ENGINE_OPTIONS"])
+    drop_dead_connections(engine)
+    return engine
 
 
 def init_app(app) -> None:
     if not app.config["SQLALCHEMY_DATABASE_URI"].startswith("postgresql+psycopg"):
         return  # elsewhere the events and deliveries are two statements: they keep their transaction
+    engine = app.extensions[_ENGINE] = _autocommit_engine(app)
+    app.extensions[_COMPILED] = {}
+    with app.app_context():
+        # Whoever disposes of the app's connections (tests, a forked process) disposes of these too.
+        event.listen(db.engine, "engine_disposed", lambda _engine: engine.dispose())
 
     @app.before_request
     def ingest_in_autocommit():

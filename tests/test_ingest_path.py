@@ -6,18 +6,34 @@ import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 
+from dashboard import ingest_path
 from dashboard.extensions import db
 from dashboard.models import Delivery, Event
 
 
 @pytest.fixture
-def statements(app):
-    """Every statement the app sends, with whether its connection was in autocommit."""
+def statements(app, monkeypatch):
+    """Every statement the app sends, with whether its connection was in autocommit: on PostgreSQL as psycopg
+    is asked to send it (ingest runs some on the driver's cursor itself), on SQLite as SQLAlchemy sends it."""
     seen = []
+    if db.engine.dialect.name == "postgresql":
+        import psycopg
+
+        real_execute = psycopg.Cursor.execute
+
+        def execute(cursor, query, *args, **kwargs):
+            if isinstance(query, (str, bytes)):  # (psycopg's own type lookups, on a new connection, are Composed)
+                text = query if isinstance(query, str) else query.decode()
+                seen.append((text.split(None, 1)[0].upper(), cursor.connection.autocommit))
+            return real_execute(cursor, query, *args, **kwargs)
+
+        ingest_path.engine().raw_connection().close()  # connected (and its dialect's set-up queries) beforehand
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+        yield seen
+        return
 
     def record(conn, cursor, statement, parameters, context, executemany):
-        seen.append((statement.split(None, 1)[0].upper(), bool(getattr(conn.connection.dbapi_connection,
-                                                                        "autocommit", False))))
+        seen.append((statement.split(None, 1)[0].upper(), False))
 
     event.listen(db.engine, "before_cursor_execute", record)
     yield seen

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import func, select
@@ -148,27 +149,25 @@ def test_the_web_server_opens_no_control_socket_in_the_home_folder(redis_url, tm
 
 
 @pytest.mark.postgres
-def test_a_request_whose_connection_dies_mid_way_runs_again_with_its_body(app, producer, receiver, database_url):
+def test_a_request_whose_connection_dies_mid_way_runs_again_with_its_body(app, producer, receiver, database_url,
+                                                                        monkeypatch):
     """The second run must read the same body: a view that read it uncached left nothing to read (a 400)."""
     if not database_url.startswith("postgresql"):
         pytest.skip("a PostgreSQL fault")
     producer.subscribe(receiver.url + "/ok")
     killed = []
+    real_execute = psycopg.Cursor.execute
 
-    @sa.event.listens_for(db.engine, "before_cursor_execute")
-    def kill_once(conn, cursor, statement, parameters, context, executemany):
-        if not killed and "subscriptions" in statement:  # routing: a read, after the body was parsed
-            pid = conn.connection.dbapi_connection.info.backend_pid
-            admin = sa.create_engine(database_url, poolclass=sa.pool.NullPool)
-            with admin.connect() as other:
-                killed.append(other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar())
-            admin.dispose()
-            time.sleep(0.2)
+    def kill_once(cursor, query, *args, **kwargs):
+        # On the driver's cursor: ingest sends its statements there, not all through SQLAlchemy.
+        if not killed and isinstance(query, str) and "subscriptions" in query:  # routing: after the body was parsed
+            killed.append(_terminate_backend(cursor.connection.info.backend_pid, database_url))
+        return real_execute(cursor, query, *args, **kwargs)
 
-    try:
-        resp = producer.post("/api/v1/events", {"type": "file.updated", "data": {"resource_id": "f_9"}})
-    finally:
-        sa.event.remove(db.engine, "before_cursor_execute", kill_once)
+    monkeypatch.setattr(psycopg.Cursor, "execute", kill_once)
+    db.session.commit()  # the test's own session holds no transaction, as a web process's does not
+    resp = producer.post("/api/v1/events", {"type": "file.updated", "data": {"resource_id": "f_9"}})
+    monkeypatch.undo()
     assert killed == [True]
     assert resp.status_code == 202, resp.get_json()
     assert db.session.scalar(select(func.count()).select_from(Delivery)) == 1
@@ -176,8 +175,11 @@ def test_a_request_whose_connection_dies_mid_way_runs_again_with_its_body(app, p
 
 def _terminate(conn) -> bool:
     """pg_terminate_backend on this connection's server process, from another connection."""
-    pid = conn.connection.dbapi_connection.info.backend_pid
-    admin = sa.create_engine(db.engine.url, poolclass=sa.pool.NullPool)
+    return _terminate_backend(conn.connection.dbapi_connection.info.backend_pid, db.engine.url)
+
+
+def _terminate_backend(pid: int, database_url) -> bool:
+    admin = sa.create_engine(database_url, poolclass=sa.pool.NullPool)
     with admin.connect() as other:
         done = other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
     admin.dispose()
@@ -196,14 +198,12 @@ def test_an_ingest_write_whose_connection_dies_stores_the_event_once_and_answers
     real_insert, lost = ingest_module.insert_events, []
 
     def insert_then_lose_the_connection(*args):
-        connection = ingest_path.connection()
         if not lost:
-            assert connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"  # the production path
+            assert ingest_path.in_autocommit()  # the production path
+            pid = ingest_path.pooled_connection().driver_connection.info.backend_pid
             if stored_before_the_loss:  # stored, and the answer lost with the connection
                 real_insert(*args)
-                lost.append(_terminate(connection))
-                connection.exec_driver_sql("SELECT 1")
-            lost.append(_terminate(connection))  # the write itself meets the dead connection
+            lost.append(_terminate_backend(pid, database_url))  # the write meets the dead connection
         real_insert(*args)
 
     monkeypatch.setattr(ingest_module, "insert_events", insert_then_lose_the_connection)
