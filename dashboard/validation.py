@@ -151,8 +151,8 @@ def _model_in(annotation) -> type[BaseModel] | None:
 
 def nul_in_path_or_query(request) -> bool:
     """NUL is no character of an id or a page cursor, and PostgreSQL cannot even compare text with it."""
-    return "\x00" in request.path or any("\x00" in key or "\x00" in value
-                                         for key, value in request.args.items(multi=True))
+    return "\x00" in request.path or bool(request.query_string) and any(
+        "\x00" in key or "\x00" in value for key, value in request.args.items(multi=True))
 
 
 def compact_json(value, what: str) -> str:

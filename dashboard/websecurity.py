@@ -57,8 +57,8 @@ def _refuse_nul_in_page_addresses():
 
 
 def _security_headers(response):
-    for name, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(name, value)
+    present = {name.lower() for name in response.headers.keys()}  # one pass, not one per header
+    response.headers.extend((name, value) for name, value in SECURITY_HEADERS.items() if name.lower() not in present)
     if request.endpoint != "static":
         # Pages carry a CSRF token and team data, API answers may carry a secret shown once: never keep them.
         response.headers["Cache-Control"] = "no-store"
