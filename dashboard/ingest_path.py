@@ -6,7 +6,9 @@ on its own. So the ingest endpoints read and write on a connection of their own 
 - no BEGIN and COMMIT round trips (with the machine busy each one cost milliseconds of waiting, and a
   single-event request made seven);
 - no ORM session around two Core statements: taking its connection, switching it to autocommit and
-  committing it were a fifth of the request's CPU.
+  committing it were a fifth of the request's CPU;
+- no SQLAlchemy execution either: the statements are compiled once and sent on psycopg's cursor, from a
+  pool whose connections are in autocommit from the start (`read`, `write`, `_autocommit_engine`).
 Elsewhere (SQLite, or a caller already in a transaction) ingest uses the session, as everything else does.
 """
 

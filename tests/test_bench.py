@@ -98,3 +98,32 @@ def test_the_scale_plot_is_svg_with_every_figure():
                                 "full": {"deliveries_per_s": 395.0}}})
     texts = [t.text for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
     assert {"400", "390", "380", "350", "410", "395", "1000", "2,000,000 settled"} <= set(texts)
+
+
+def test_a_phase_counts_only_its_own_succeeded_deliveries(app, producer, receiver, clock):
+    """A subscription's settled history is not counted again on every poll: once it held 10,000,000 rows,
+    the count took seconds, and the bench reported that as slow delivery."""
+    import shutil
+
+    from sqlalchemy import update
+
+    from dashboard.bench import Run
+    from dashboard.extensions import db
+    from dashboard.models import Delivery, DeliveryState
+
+    subscription_id = producer.subscribe(receiver.url + "/ok")["id"]
+    producer.publish()
+    clock.advance(days=2)
+    phase_started = clock.now()
+    producer.publish()
+    producer.publish()
+    db.session.execute(update(Delivery).values(state=DeliveryState.SUCCEEDED))
+    db.session.commit()
+
+    run = Run(1, 1, 1.0, False, print)
+    run.app = app
+    try:
+        assert run.succeeded([subscription_id]) == 3
+        assert run.succeeded([subscription_id], since=phase_started) == 2
+    finally:
+        shutil.rmtree(run.tmp, ignore_errors=True)
