@@ -14,6 +14,8 @@ Elsewhere (SQLite, or a caller already in a transaction) ingest uses the session
 
 from __future__ import annotations
 
+import functools
+
 from flask import current_app, g, request
 from psycopg.rows import namedtuple_row
 from sqlalchemy import create_engine, event, exc
@@ -41,7 +43,7 @@ def read(statement, params: dict) -> list:
     """The rows of a Core SELECT (attribute access by column name)."""
     if not in_autocommit():
         return connection().execute(statement, params).all()
-    sql, defaults = _compiled(statement)
+    sql, defaults = _compiled(statement, engine().dialect)
     return _run(sql, defaults | params, fetch=True)
 
 
@@ -59,14 +61,12 @@ def engine() -> Engine:
     return current_app.extensions[_ENGINE]
 
 
-def _compiled(statement) -> tuple[str, dict]:
-    """A statement's SQL for psycopg and the values of its literal parameters, compiled once per statement."""
-    cache = current_app.extensions[_COMPILED]
-    found = cache.get(statement)
-    if found is None:
-        compiled = statement.compile(dialect=engine().dialect)
-        found = cache[statement] = (compiled.string, {k: v for k, v in compiled.params.items() if v is not None})
-    return found
+@functools.lru_cache(maxsize=64)
+def _compiled(statement, dialect) -> tuple[str, dict]:
+    """A statement's SQL for psycopg and the values of its literal parameters, compiled once (as
+    ingest._insert_plan is built once)."""
+    compiled = statement.compile(dialect=dialect)
+    return compiled.string, {k: v for k, v in compiled.params.items() if v is not None}
 
 
 def pooled_connection():
@@ -119,7 +119,6 @@ def _give_back() -> None:
 
 
 _ENGINE = "promesa.ingest_engine"
-_COMPILED = "promesa.ingest_compiled"
 
 
 def _autocommit_engine(app) -> Engine:
@@ -136,7 +135,6 @@ def init_app(app) -> None:
     if not app.config["SQLALCHEMY_DATABASE_URI"].startswith("postgresql+psycopg"):
         return  # elsewhere the events and deliveries are two statements: they keep their transaction
     engine = app.extensions[_ENGINE] = _autocommit_engine(app)
-    app.extensions[_COMPILED] = {}
     with app.app_context():
         # Whoever disposes of the app's connections (tests, a forked process) disposes of these too.
         event.listen(db.engine, "engine_disposed", lambda _engine: engine.dispose())
