@@ -137,6 +137,44 @@ def test_cookies_a_receiver_sets_are_never_sent_to_anyone(app, producer, receive
     assert not [r.path for r in receiver.requests if "Cookie" in r.headers]
 
 
+def test_drains_run_on_uvloop_where_it_is_installed_and_on_asyncio_without(app, producer, receiver, clock,
+                                                                          monkeypatch):
+    import asyncio
+    import builtins
+
+    import uvloop
+
+    from dashboard.delivery import engine as engine_module
+    from dashboard.queue import WorkQueue
+
+    loops = []
+    real = engine_module.new_event_loop
+    monkeypatch.setattr(engine_module, "new_event_loop", lambda: loops.append(real()) or loops[-1])
+    producer.subscribe(receiver.url + "/ok")
+    for keep_alive in (False, True):
+        engine = engine_module.DeliveryEngine(app, WorkQueue.for_app(app), clock, keep_alive=keep_alive)
+        try:
+            producer.publish()
+            assert engine.drain(None, 20).succeeded == 1
+        finally:
+            engine.close()
+    assert [type(loop) for loop in loops] == [uvloop.Loop, uvloop.Loop]
+
+    imported = builtins.__import__
+
+    def no_uvloop(name, *args, **kwargs):
+        if name == "uvloop":
+            raise ImportError("uvloop is not installed here")
+        return imported(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_uvloop)
+    engine = engine_module.DeliveryEngine(app, WorkQueue.for_app(app), clock)
+    producer.publish()
+    assert engine.drain(None, 20).succeeded == 1
+    assert type(loops[-1]) is not uvloop.Loop and isinstance(loops[-1], asyncio.BaseEventLoop)
+    assert receiver.count("/ok") == 3
+
+
 def test_a_4xx_stops_after_three_attempts(app, producer, receiver, clock):
     producer.subscribe(receiver.url + "/status/400")
     accepted = producer.publish()

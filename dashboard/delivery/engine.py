@@ -82,6 +82,17 @@ GATHER_SECONDS = 0.05
 GATHER_BELOW = 20
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The drain's event loop: uvloop's where it is installed, asyncio's own otherwise. Measured in the
+    delivering workers during `promesa bench`, it took about a tenth off their CPU per delivery: the
+    loop's own bookkeeping and the transports' reads and writes are most of what is not aiohttp's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 def _gathers_next(taken: int, asked: int) -> bool:
     """Did this pop take a few deliveries and empty the list (so the next should let arrivals gather)?"""
     return 0 < taken < min(asked, GATHER_BELOW)
@@ -440,9 +451,10 @@ class DeliveryEngine:
               linger_seconds: float = 0.0) -> DrainStats:
         """Deliver ready work until the list stays empty for `linger_seconds` or the budget is spent."""
         if not self.keep_alive:
-            return asyncio.run(self._drain_once(slot_token, budget_seconds, linger_seconds))
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                return runner.run(self._drain_once(slot_token, budget_seconds, linger_seconds))
         if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
+            self._loop = new_event_loop()
         return self._loop.run_until_complete(self._drain(slot_token, budget_seconds, linger_seconds))
 
     def close(self) -> None:
