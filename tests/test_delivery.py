@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import hmac
 import json
+import threading
+import time
 
 import pytest
 from sqlalchemy import select
 
+from dashboard.delivery import engine as engine_module
+from dashboard.delivery.engine import DeliveryEngine
 from dashboard.extensions import db
 from dashboard.models import Attempt, Delivery, Event, Subscription
+from dashboard.queue import WorkQueue
 
 from .support.pipeline import deliver_due
+from .support.waiting import wait_until
 
 
 def delivery_of(event_id) -> Delivery:
@@ -121,9 +128,6 @@ def test_a_private_address_is_refused_when_sending_too(app, producer, receiver, 
 def test_cookies_a_receiver_sets_are_never_sent_to_anyone(app, producer, receiver, clock):
     """Endpoints of different teams share hosts: a cookie one of them sets must not reach the others."""
     by_name = receiver.url.replace("127.0.0.1", "localhost")  # a host name: cookie jars skip IP addresses
-    from dashboard.delivery.engine import DeliveryEngine
-    from dashboard.queue import WorkQueue
-
     producer.subscribe(by_name + "/cookie")
     producer.subscribe(by_name + "/ok")
     engine = DeliveryEngine(app, WorkQueue.for_app(app), clock, keep_alive=True)  # as a worker keeps it
@@ -144,15 +148,12 @@ def test_drains_run_on_uvloop_where_it_is_installed_and_on_asyncio_without(app, 
 
     import uvloop
 
-    from dashboard.delivery import engine as engine_module
-    from dashboard.queue import WorkQueue
-
     loops = []
     real = engine_module.new_event_loop
     monkeypatch.setattr(engine_module, "new_event_loop", lambda: loops.append(real()) or loops[-1])
     producer.subscribe(receiver.url + "/ok")
     for keep_alive in (False, True):
-        engine = engine_module.DeliveryEngine(app, WorkQueue.for_app(app), clock, keep_alive=keep_alive)
+        engine = DeliveryEngine(app, WorkQueue.for_app(app), clock, keep_alive=keep_alive)
         try:
             producer.publish()
             assert engine.drain(None, 20).succeeded == 1
@@ -168,7 +169,7 @@ def test_drains_run_on_uvloop_where_it_is_installed_and_on_asyncio_without(app, 
         return imported(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_uvloop)
-    engine = engine_module.DeliveryEngine(app, WorkQueue.for_app(app), clock)
+    engine = DeliveryEngine(app, WorkQueue.for_app(app), clock)
     producer.publish()
     assert engine.drain(None, 20).succeeded == 1
     assert type(loops[-1]) is not uvloop.Loop and isinstance(loops[-1], asyncio.BaseEventLoop)
@@ -276,9 +277,6 @@ def test_replay_sends_a_dead_letter_again(app, producer, receiver, clock):
 
 
 def test_a_delivery_is_never_claimed_twice(app, producer, receiver, clock):
-    from dashboard.delivery.engine import DeliveryEngine
-    from dashboard.queue import WorkQueue
-
     producer.subscribe(receiver.url + "/ok")
     accepted = producer.publish()
     d = delivery_of(accepted["id"])
@@ -291,10 +289,6 @@ def test_a_delivery_is_never_claimed_twice(app, producer, receiver, clock):
 def test_waiting_work_is_sent_while_the_next_claim_is_under_way(app, producer, receiver, clock, monkeypatch):
     """The database leasing the next batch must not stall the endpoint: work already claimed and
     waiting for its subscription's turn keeps going out meanwhile."""
-    from dashboard.delivery import engine as engine_module
-    from dashboard.delivery.engine import DeliveryEngine
-    from dashboard.queue import WorkQueue
-
     app.config["PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION"] = 1  # one at a time: the rest of a claim waits here
     monkeypatch.setattr(engine_module, "POP_BATCH", 6)  # two claims of six
     producer.subscribe(receiver.url + "/ok")
@@ -315,20 +309,29 @@ def test_waiting_work_is_sent_while_the_next_claim_is_under_way(app, producer, r
     assert received_during_claims == [0, 6]
 
 
+@contextlib.contextmanager
+def draining(engine: DeliveryEngine):
+    """A drain in a thread of its own while the test pushes work; yields the list its stats end up in."""
+    drained = []
+    thread = threading.Thread(target=lambda: drained.append(engine.drain(None, 30, linger_seconds=0.5)))
+    thread.start()
+    try:
+        yield drained
+    finally:
+        thread.join(30)
+
+
+def arrive_one_by_one(work: WorkQueue, items: list[str]) -> None:
+    for item in items:
+        time.sleep(0.02)
+        work.push([item])
+
+
 def test_work_arriving_one_delivery_at_a_time_is_claimed_a_few_at_a_time(app, producer, receiver, clock,
                                                                         monkeypatch):
     """A pop, a claim and their thread hand-offs cost nearly as much for one delivery as for twenty: after
     a pop that empties the list, the drain lets arrivals gather before the next. The first delivery after
     a quiet spell still goes at once."""
-    import threading
-    import time
-
-    from dashboard.delivery import engine as engine_module
-    from dashboard.delivery.engine import DeliveryEngine
-    from dashboard.queue import WorkQueue
-
-    from .support.waiting import wait_until
-
     monkeypatch.setattr(engine_module, "GATHER_SECONDS", 3.0)  # wide: a slow machine cannot split the arrivals
     producer.subscribe(receiver.url + "/ok")
     for _ in range(10):
@@ -337,20 +340,52 @@ def test_work_arriving_one_delivery_at_a_time_is_claimed_a_few_at_a_time(app, pr
     items = work.pop_ready(100)  # taken back, to arrive again one at a time
     assert len(items) == 10
     engine = DeliveryEngine(app, work, clock)
-    drained = []
-    drain = threading.Thread(target=lambda: drained.append(engine.drain(None, 30, linger_seconds=0.5)))
-    drain.start()
-    try:
+    with draining(engine) as drained:
         work.push(items[:1])
         assert wait_until(lambda: receiver.count("/ok") == 1, timeout=2.5)  # at once, not after a gather
-        for item in items[1:]:
-            time.sleep(0.02)
-            work.push([item])
-    finally:
-        drain.join(30)
+        arrive_one_by_one(work, items[1:])
     [stats] = drained
     assert stats.succeeded == 10 and receiver.count("/ok") == 10
     assert stats.claims == 2, stats  # the first alone, then the nine that arrived one by one
+
+
+def test_a_pop_that_cannot_fill_the_in_flight_slots_lets_arrivals_gather(app, producer, receiver, clock,
+                                                                        monkeypatch):
+    """Twenty-five arriving together are fewer than the 64 the drain can send at once: it still gathers
+    after them, so the five that follow one by one are claimed together (a fixed threshold of 20 sent
+    each of them on its own claim)."""
+    monkeypatch.setattr(engine_module, "GATHER_SECONDS", 1.5)
+    producer.subscribe(receiver.url + "/ok")
+    for _ in range(31):
+        producer.publish()
+    work = WorkQueue.for_app(app)
+    items = work.pop_ready(100)
+    engine = DeliveryEngine(app, work, clock)
+    assert engine.max_in_flight == 64
+    with draining(engine) as drained:
+        work.push(items[:1])
+        assert wait_until(lambda: receiver.count("/ok") == 1, timeout=1.2)
+        work.push(items[1:26])
+        assert wait_until(lambda: receiver.count("/ok") == 26, timeout=10)
+        arrive_one_by_one(work, items[26:])
+    [stats] = drained
+    assert stats.succeeded == 31 and receiver.count("/ok") == 31
+    assert stats.claims == 3, stats  # the first, the twenty-five, then the five
+
+
+def test_a_pop_that_fills_the_in_flight_slots_is_followed_at_once(app, producer, receiver, clock, monkeypatch):
+    """A worker with enough to send does not wait for arrivals: with 4 slots, pops of 4 and 8 both fill
+    them, so the drain never gathers and ends once idle for its linger."""
+    monkeypatch.setattr(engine_module, "GATHER_SECONDS", 10.0)  # a gather would hold the drain this long
+    producer.subscribe(receiver.url + "/ok")
+    for _ in range(12):
+        producer.publish()
+    engine = DeliveryEngine(app, WorkQueue.for_app(app), clock)
+    engine.max_in_flight = 4
+    started = time.monotonic()
+    stats = engine.drain(None, 30, linger_seconds=0.2)
+    assert stats.succeeded == 12 and receiver.count("/ok") == 12
+    assert time.monotonic() - started < 10.0  # it did not gather (which cannot end before 10 s)
 
 
 @pytest.mark.postgres
@@ -387,9 +422,6 @@ def test_a_claim_on_postgresql_is_one_statement_in_autocommit(app, producer, rec
     if not database_url.startswith("postgresql"):
         pytest.skip("the PostgreSQL claim")
     from sqlalchemy import event
-
-    from dashboard.delivery.engine import DeliveryEngine
-    from dashboard.queue import WorkQueue
 
     producer.subscribe(receiver.url + "/ok")
     accepted = producer.publish()

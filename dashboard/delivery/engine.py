@@ -73,13 +73,13 @@ RECORD_DELAY_SECONDS = 0.05
 # How often an idle drain looks for new work, and the longest single blocking wait for it.
 POLL_SECONDS = 0.005
 LINGER_POLL_SECONDS = 0.5
-# After a pop of fewer than GATHER_BELOW deliveries that emptied the list, the next waits this long, so
-# that work arriving one delivery at a time is claimed a few at a time: a pop, a claim and their thread
-# hand-offs cost nearly the same for one delivery as for twenty, and per delivery they were most of a
-# worker's CPU. A bigger pop is followed at once (waiting then only idled the worker: the batch path lost
-# a tenth), and the first delivery after a quiet spell is taken as soon as it arrives.
+# After a pop that emptied the list without filling the drain's in-flight slots, the next waits this
+# long, so that work arriving one delivery at a time is claimed, sent and recorded many at a time: a pop,
+# a claim, a record and their thread hand-offs cost nearly the same for one delivery as for twenty, and
+# requests sent together are answered together (one wake-up of the loop for several answers). A pop that
+# fills the slots is followed at once: the worker has enough to do, and waiting then only idled it (the
+# batch path lost a tenth). The first delivery after a quiet spell is taken as soon as it arrives.
 GATHER_SECONDS = 0.05
-GATHER_BELOW = 20
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -93,9 +93,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def _gathers_next(taken: int, asked: int) -> bool:
-    """Did this pop take a few deliveries and empty the list (so the next should let arrivals gather)?"""
-    return 0 < taken < min(asked, GATHER_BELOW)
+def _gathers_next(taken: int, asked: int, in_flight_slots: int) -> bool:
+    """Did this pop empty the list with fewer deliveries than the drain can send at once (so the next
+    should let arrivals gather)? Measured with single events (`promesa bench`), a threshold of 20 left
+    pops of a few: the workers' CPU per delivery was 0.50 - 0.56 ms, against 0.34 - 0.41 ms with this."""
+    return 0 < taken < min(asked, in_flight_slots)
 
 
 # A waiting delivery is started only while this much of its lease is left unused.
@@ -525,7 +527,7 @@ class DeliveryEngine:
                 popped = len(items)
                 if not popped:
                     next_pop = now + POLL_SECONDS
-                elif _gathers_next(popped, room):
+                elif _gathers_next(popped, room, self.max_in_flight):
                     gather_until = now + GATHER_SECONDS
                 ids = await run.admit(items)
                 if ids:
@@ -554,7 +556,7 @@ class DeliveryEngine:
                     # Nothing in flight: wait for new work in Redis (keeping the warm pool) rather than end.
                     count = min(POP_BATCH, self.max_in_flight)
                     items = await asyncio.to_thread(self.work.wait_ready, count, wait)
-                    if _gathers_next(len(items), count):
+                    if _gathers_next(len(items), count, self.max_in_flight):
                         gather_until = time.monotonic() + GATHER_SECONDS
                     ids = await run.admit(items)
                     if ids:
