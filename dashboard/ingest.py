@@ -15,7 +15,7 @@ import redis
 
 from flask import current_app
 from sqlalchemy import String, Table, Text, and_, bindparam, cast, func, insert, or_, select
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, array
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import catalog, handoff, ingest_path
@@ -86,10 +86,27 @@ _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types,
 # For one event type: only the subscriptions that can want it, i.e. that name it exactly or have a pattern
 # (a '*', '?' or '[' inside a string of their JSON list); `wants` still decides. A team with a thousand
 # subscriptions, each for its own type, sent all of them to Python on every request.
-_MAY_WANT_THE_TYPE = or_(
-    cast(Subscription.event_types, Text).like(bindparam("type_pattern"), escape="/"),
-    *(cast(Subscription.event_types, Text).like(pattern) for pattern in ('%*%', '%?%', '%"%[%')))
-_ROUTING_ONE_TYPE = _ROUTING.where(_MAY_WANT_THE_TYPE)
+def _may_want_the_type(team_id, indexed: bool):
+    """On PostgreSQL (`indexed`), through ix_subscriptions_route_keys: a subscription's keys are "<team> <type>",
+    or "<team> *" for a pattern (migration e8c4a1f7b2d9), so only the subscriptions that may want the type
+    are read, not every one of the team's; the team is in the key. Elsewhere, LIKE on the team's JSON lists."""
+    if indexed:
+        team = cast(team_id, Text) + " "
+        keys = func.promesa_route_keys(Subscription.team_id, Subscription.event_types, type_=ARRAY(Text))
+        return and_(keys.op("&&")(array([team + bindparam("name", type_=Text), team + "*"])),
+                    Subscription.deleted_at.is_(None))  # the index's own condition
+    return and_(Subscription.team_id == team_id, Subscription.deleted_at.is_(None), or_(
+        cast(Subscription.event_types, Text).like(bindparam("type_pattern"), escape="/"),
+        *(cast(Subscription.event_types, Text).like(pattern) for pattern in ('%*%', '%?%', '%"%[%'))))
+
+
+# (on PostgreSQL) -> the statement
+_ROUTING_ONE_TYPE = {indexed: select(*_ROUTING.selected_columns).where(
+    _may_want_the_type(bindparam("team_id"), indexed)) for indexed in (False, True)}
+
+
+def _indexed_routing() -> bool:
+    return db.engine.dialect.name == "postgresql"
 
 
 class BearerToken(NamedTuple):
@@ -111,7 +128,7 @@ _CALLER_BY_TOKEN = select(ApiToken.team_id.label("team_id"), Team.strict_event_t
     .where(ApiToken.token_sha256 == bindparam("digest"), ApiToken.revoked_at.is_(None)).subquery("caller")
 
 
-def _routed_and_declared(caller, exact: bool):
+def _routed_and_declared(caller, exact: bool, indexed: bool):
     """The caller, the routing of one type and its declaration in the catalog (`exact`: of the asked version,
     else the latest) as one statement: one row per subscription that may want the type, each carrying the
     caller and the declaration (or NULLs), or a single row when none may; no row when there is no caller.
@@ -124,14 +141,13 @@ def _routed_and_declared(caller, exact: bool):
                   *_ROUTING.selected_columns).select_from(
         caller.outerjoin(declared, and_(declared.c.team_id == caller.c.team_id, declared.c.name == bindparam("name"),
                                         declared.c.version == version))
-        .outerjoin(Subscription, and_(Subscription.team_id == caller.c.team_id, Subscription.deleted_at.is_(None),
-                                      _MAY_WANT_THE_TYPE)))
+        .outerjoin(Subscription, _may_want_the_type(caller.c.team_id, indexed)))
 
 
-# (read by token, version asked) -> the statement
-_ROUTED_AND_DECLARED = {(by_token, exact): _routed_and_declared(_CALLER_BY_TOKEN if by_token else _CALLER_BY_TEAM,
-                                                                exact)
-                        for by_token in (False, True) for exact in (False, True)}
+# (read by token, version asked, on PostgreSQL) -> the statement
+_ROUTED_AND_DECLARED = {(by_token, exact, indexed): _routed_and_declared(
+    _CALLER_BY_TOKEN if by_token else _CALLER_BY_TEAM, exact, indexed)
+    for by_token in (False, True) for exact in (False, True) for indexed in (False, True)}
 
 
 class Declared(NamedTuple):
@@ -149,8 +165,9 @@ def _type_pattern(event_type: str) -> str:
 def _routing(team_id: int, event_types: set[str]) -> list:
     """What routing needs of each subscription that may want one of these event types."""
     if len(event_types) == 1:
-        return ingest_path.read(_ROUTING_ONE_TYPE, {"team_id": team_id,
-                                                    "type_pattern": _type_pattern(next(iter(event_types)))})
+        event_type = next(iter(event_types))
+        return ingest_path.read(_ROUTING_ONE_TYPE[_indexed_routing()],
+                                {"team_id": team_id, "name": event_type, "type_pattern": _type_pattern(event_type)})
     return ingest_path.read(_ROUTING, {"team_id": team_id})
 
 
@@ -164,7 +181,7 @@ def _routing_and_declaration(producer: Team | BearerToken, event_type: str, vers
         | ({"digest": producer.digest} if by_token else {"team_id": producer.id}) \
         | ({} if version is None else {"version": version})
     # Core, not the ORM session: this runs on every request, and returns plain rows anyway.
-    rows = ingest_path.read(_ROUTED_AND_DECLARED[by_token, version is not None], params)
+    rows = ingest_path.read(_ROUTED_AND_DECLARED[by_token, version is not None, _indexed_routing()], params)
     if not rows:
         raise invalid_token()
     first = rows[0]

@@ -101,12 +101,40 @@ def test_the_connection_goes_back_to_the_pool_with_transactions(app, producer, r
 
 def test_routing_reads_only_subscriptions_that_can_want_the_type_and_misses_none(app, producer, receiver):
     wanted = [producer.subscribe(receiver.url + "/ok", event_types=types)["id"]
-              for types in (["a_b"], ["a*"], ["*"], ["x.y", "a_b"])]
-    for types in (["axb"], ["a_bc"], ["x.y"]):  # '_' is no wildcard here, whatever LIKE thinks
+              for types in (["a_b"], ["a*"], ["*"], ["x.y", "a_b"], ["a_*"])]
+    for types in (["axb"], ["a_bc"], ["x.y"], ["b*"]):  # '_' is no wildcard here, whatever LIKE thinks
         producer.subscribe(receiver.url + "/ok", event_types=types)
+    gone = producer.subscribe(receiver.url + "/ok", event_types=["a_b"])
+    assert producer.client.delete(f"/api/v1/subscriptions/{gone['id']}", headers=producer.headers()).status_code == 200
     accepted = fresh_request(producer, "a_b")
     got = db.session.scalars(select(Delivery.subscription_id).where(Delivery.event_key.in_(select(Event.key).where(Event.id == accepted["id"])))).all()
     assert sorted(got) == sorted(wanted)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_routing_finds_its_subscriptions_by_the_route_keys_index(app, producer, receiver,
+                                                                                database_url):
+    """A team's read of one type must not grow with the team's subscriptions: the statement's condition is
+    the index's expression, so the planner can read just the keys "<team> <type>" and "<team> *"."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a PostgreSQL planner question")
+    from sqlalchemy.dialects import postgresql
+
+    from dashboard import ingest
+
+    for n in range(30):
+        producer.subscribe(receiver.url + "/ok", event_types=[f"type.{n}"])
+    connection = db.session.connection()
+    connection.exec_driver_sql("ANALYZE subscriptions")
+    connection.exec_driver_sql("SET LOCAL enable_seqscan = off")  # a table this small would be read whole
+    for statement, params in ((ingest._ROUTING_ONE_TYPE[True], {"team_id": producer.team.id}),
+                              (ingest._ROUTED_AND_DECLARED[False, False, True], {"team_id": producer.team.id})):
+        compiled = statement.compile(dialect=postgresql.dialect())
+        values = compiled.params | params | {"name": "type.7", "type_pattern": None}
+        plan = "\n".join(connection.exec_driver_sql("EXPLAIN (ANALYZE, COSTS OFF) " + compiled.string, values).scalars())
+        assert "ix_subscriptions_route_keys" in plan and "ix_subscriptions_team_id" not in plan, plan
+        assert "Rows Removed by" not in plan, plan  # nothing read and thrown away
+    db.session.rollback()
 
 
 def test_a_single_event_is_two_statements_its_token_routing_and_declaration_then_the_write(
