@@ -40,8 +40,12 @@ def upgrade():
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute(_FUNCTION)
+    # fastupdate off: new entries go into the index at once, not into GIN's pending list, which every
+    # search reads through until a VACUUM merges it (1,000 new subscriptions made each read 1.4 ms, not
+    # 0.04 ms). Subscriptions are written rarely; their routing is read on every ingest.
     op.execute("CREATE INDEX ix_subscriptions_route_keys ON subscriptions "
-               "USING gin (promesa_route_keys(team_id, event_types)) WHERE deleted_at IS NULL")
+               "USING gin (promesa_route_keys(team_id, event_types)) WITH (fastupdate = off) "
+               "WHERE deleted_at IS NULL")
 
 
 def downgrade():
