@@ -162,12 +162,17 @@ def _type_pattern(event_type: str) -> str:
     return "%" + quoted.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
 
 
+def _one_type_params(event_type: str, indexed: bool) -> dict:
+    """What _may_want_the_type asks for: the type's name for the route keys, or its LIKE pattern."""
+    return {"name": event_type} if indexed else {"name": event_type, "type_pattern": _type_pattern(event_type)}
+
+
 def _routing(team_id: int, event_types: set[str]) -> list:
     """What routing needs of each subscription that may want one of these event types."""
     if len(event_types) == 1:
-        event_type = next(iter(event_types))
-        return ingest_path.read(_ROUTING_ONE_TYPE[_indexed_routing()],
-                                {"team_id": team_id, "name": event_type, "type_pattern": _type_pattern(event_type)})
+        indexed = _indexed_routing()
+        return ingest_path.read(_ROUTING_ONE_TYPE[indexed],
+                                {"team_id": team_id} | _one_type_params(next(iter(event_types)), indexed))
     return ingest_path.read(_ROUTING, {"team_id": team_id})
 
 
@@ -176,12 +181,12 @@ def _routing_and_declaration(producer: Team | BearerToken, event_type: str, vers
     """_routing for one event type, the declaration catalog.resolve would read for it (the asked version's,
     or the latest) and the producing team, in one round trip instead of three: a request usually carries
     one event, of one type. 401 when `producer` is a token that names no team (unknown or revoked)."""
-    by_token = isinstance(producer, BearerToken)
-    params = {"name": event_type, "type_pattern": _type_pattern(event_type)} \
+    by_token, indexed = isinstance(producer, BearerToken), _indexed_routing()
+    params = _one_type_params(event_type, indexed) \
         | ({"digest": producer.digest} if by_token else {"team_id": producer.id}) \
         | ({} if version is None else {"version": version})
     # Core, not the ORM session: this runs on every request, and returns plain rows anyway.
-    rows = ingest_path.read(_ROUTED_AND_DECLARED[by_token, version is not None, _indexed_routing()], params)
+    rows = ingest_path.read(_ROUTED_AND_DECLARED[by_token, version is not None, indexed], params)
     if not rows:
         raise invalid_token()
     first = rows[0]
