@@ -90,6 +90,9 @@ DEFAULTS = {
     "PROMESA_LOGIN_LIMIT_PER_ACCOUNT": "5 per 15 minutes",
     "PROMESA_LOGIN_LIMIT_PER_ADDRESS": "30 per 15 minutes",
     "PROMESA_REDIS_PREFIX": "promesa",
+    # How long one Redis call waits for a connection or an answer before Redis counts as away. A Redis
+    # that hangs without closing (a paused server, a dropped network) must not hang a page, ingest or a loop.
+    "PROMESA_REDIS_TIMEOUT_SECONDS": 3.0,
     "PROMESA_QUEUE": "promesa",
     # How many drain jobs may run at once across all workers.
     "PROMESA_DRAINERS": 4,

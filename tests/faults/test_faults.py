@@ -9,10 +9,13 @@ import re
 import signal
 import threading
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
 
+from dashboard.clock import utcnow
 from dashboard.sweeper import sweep_once
 from tests.support.pipeline import deliver_due
 from tests.support.receiver import Receiver
@@ -76,6 +79,45 @@ def test_redis_restarted_empty(stack, producer, receiver, private_redis):
     assert wait_until(lambda: unsettled() == 0, timeout=60), unsettled()
     assert stack.process.poll() is None
     report("redis restarted empty", close_the_books(accepted, receiver, in_flight_bound=IN_FLIGHT_PER_ENDPOINT))
+
+
+def _scrape(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return resp.status, resp.read().decode()
+
+
+def test_redis_that_hangs_without_closing(stack, producer, receiver, private_redis):
+    """Paused (SIGSTOP), Redis accepts connections and reads commands, and answers nothing: a frozen
+    server, or a network that drops packets. Every call gives up after PROMESA_REDIS_TIMEOUT_SECONDS."""
+    stack.env.update(PROMESA_REDIS_TIMEOUT_SECONDS="1", PROMESA_BACKLOG_ALERT_MINUTES="0")
+    producer.subscribe(receiver.url + "/slow/0.02")
+    stack.start()
+    before, answers = stack.publish(producer.token, 40)
+    assert answers == {202: 40}
+    assert wait_until(lambda: unsettled() == 0, timeout=60), unsettled()
+
+    private_redis.pause()
+    hung_at = utcnow()
+    # More requests asking Redis than the web has threads (2 processes of 4): each answers after its
+    # timeout, so none is left holding a thread that ingest then waits for.
+    with ThreadPoolExecutor(12) as pool:
+        scraped = list(pool.map(lambda _: _scrape(stack.url + "/metrics"), range(12)))
+    assert all(status == 200 and "promesa_redis_ready NaN" in body for status, body in scraped)
+    during, answers = stack.publish(producer.token, 30)
+    assert answers == {202: 30}
+    # The sweeper judges the backlog from the database before its Redis step: the alert fires while Redis hangs.
+    assert wait_until(lambda: query("SELECT count(*) FROM incidents WHERE rule = 'backlog' AND opened_at > :t",
+                                    t=hung_at)[0][0] == 1, timeout=30)
+    hung_seconds = (utcnow() - hung_at).total_seconds()
+    private_redis.resume()
+
+    accepted = before + during
+    assert wait_until(lambda: unsettled() == 0, timeout=60), unsettled()
+    log = stack.log()
+    assert "Redis is unreachable (Timeout" in log, log[-5000:]  # noticed as away, not waited on
+    figures = close_the_books(accepted, receiver, in_flight_bound=IN_FLIGHT_PER_ENDPOINT)
+    figures.update(hung_seconds=round(hung_seconds, 1), scrapes_answered=len(scraped), tracebacks=tracebacks(log))
+    report("redis hung (SIGSTOP) during ingest, scrapes and sweeps", figures)
 
 
 def test_every_promesa_process_sigkilled_and_restarted(stack, producer, receiver):

