@@ -83,13 +83,13 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
 # event a repeated Idempotency-Key names.
 _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions) \
     .where(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None))
-# For one event type: only the subscriptions that can want it, i.e. that name it exactly or have a pattern
-# (a '*', '?' or '[' inside a string of their JSON list); `wants` still decides. A team with a thousand
-# subscriptions, each for its own type, sent all of them to Python on every request.
 # On PostgreSQL only (migration f2c6a8d1e4b7): a stored column the model does not map, so SQLite has none.
 _ROUTE_KEYS = literal_column("subscriptions.route_keys", ARRAY(Text))
 
 
+# For one event type: only the subscriptions that can want it, i.e. that name it exactly or have a pattern
+# (a '*', '?' or '[' inside a string of their JSON list); `wants` still decides. A team with a thousand
+# subscriptions, each for its own type, sent all of them to Python on every request.
 def _may_want_the_type(team_id, indexed: bool):
     """On PostgreSQL (`indexed`), through ix_subscriptions_route_keys: a subscription's keys are "<team> <type>",
     or "<team> *" for a pattern (migrations e8c4a1f7b2d9, f2c6a8d1e4b7), so only the subscriptions that may

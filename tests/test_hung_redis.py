@@ -4,6 +4,7 @@ the sweeper still opens the backlog incident before its Redis step fails; nothin
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -75,5 +76,9 @@ def test_the_embedded_redis_does_not_retry_a_timeout(config):
         os.kill(conn.pid, signal.SIGCONT)
     # Redis now runs what it was sent while it hung. redis.Redis()'s default would have tried again ten
     # times, each on a new connection, for eleven timeouts; here the call failed once, on its connection.
-    assert wait_until(lambda: "cmdstat_llen" in admin.info("commandstats"), timeout=10)
-    assert admin.info("stats")["total_connections_received"] == 0
+    try:
+        assert wait_until(lambda: "cmdstat_llen" in admin.info("commandstats"), timeout=10)
+        assert admin.info("stats")["total_connections_received"] == 0
+    finally:
+        with contextlib.suppress(redis.exceptions.ConnectionError):  # SHUTDOWN closes the connection it came on
+            admin.shutdown(nosave=True)
