@@ -46,6 +46,7 @@ from pathlib import Path
 
 import click
 
+from .bench_cpu import CpuWindow
 from .clock import utcnow
 from .webserver import freeze_heap
 
@@ -581,12 +582,16 @@ def run_pipeline(run: Run, events: int, publishers: int, rate: float | None, tim
         raise click.UsageError("--preload needs the workers stopped: it cannot follow another phase")
     if not preload and not run.workers_started:
         run.start_workers()
+    cpu = CpuWindow(run)
     sent, errors, first, last_answer = asyncio.run(
         _publish(run.web_url + "/api/v1/events", run.token, events, publishers, rate, batch=batch,
                  types=len(run.healthy_ids) if typed else 0))
     if preload:
+        ingest_cpu = cpu.close(len(sent))
         run.start_workers()
+        cpu = CpuWindow(run)
     recorded, done = run.wait_recorded(len(sent) * healthy, timeout, already, since)
+    delivery_cpu = cpu.close(recorded)
     received = run.received()
     published_at = first
     if preload:  # the clock starts when the first delivery arrives: this measures delivery alone
@@ -609,7 +614,10 @@ def run_pipeline(run: Run, events: int, publishers: int, rate: float | None, tim
         "deliveries_per_s": round(recorded / elapsed, 1) if elapsed > 0 else None,
         "latency_ms": {f"p{q}": _round(percentile(latencies, q)) for q in (50, 95, 99)}
         | {"max": _round(max(latencies) if latencies else None)},
+        # With --preload: ingest (the publish, workers stopped), then delivery alone; else the whole run.
+        "cpu": {"ingest": ingest_cpu, "delivery": delivery_cpu} if preload else delivery_cpu,
     }
+
 
 
 def run_ingest_baseline(run: Run, events: int, publishers: int) -> dict:
@@ -968,6 +976,14 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                    f"ratio {out['ingest_ratio']}")
     if alone:
         click.echo(f"end to end / ingest alone: {out['end_to_end_over_ingest_alone']}")
+        ingest_cpu, delivery_cpu, both_cpu = alone["cpu"]["ingest"], alone["cpu"]["delivery"], result["cpu"]
+        click.echo(f"CPU of the whole machine, ms: ingest alone {ingest_cpu['ms_per_unit']} per event "
+                   f"({ingest_cpu['busy_share']:.0%} busy), delivery alone {delivery_cpu['ms_per_unit']} per delivery "
+                   f"({delivery_cpu['busy_share']:.0%} busy), end to end {both_cpu['ms_per_unit']} per delivery "
+                   f"({both_cpu['busy_share']:.0%} busy)")
+        for name, phase in (("ingest alone", ingest_cpu), ("delivery alone", delivery_cpu), ("end to end", both_cpu)):
+            click.echo(f"  {name}, by process: " + ", ".join(
+                f"{role} {ms}" for role, ms in phase["ms_per_unit_by_process"].items()))
     if slow:
         click.echo(f"slow endpoints: {slow}, requests they received: {out['slow_requests']}")
     if out["throttled"]:
