@@ -641,7 +641,9 @@ def run_ingest_baseline(run: Run, events: int, publishers: int) -> dict:
                             env=dict(run.env, PROMESA_BENCH_BASELINE_TABLE=name), stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_http(url + "/ready", START_TIMEOUT_SECONDS, [proc])
+        cpu = CpuWindow(run, web=proc)
         sent, errors, first, last = asyncio.run(_publish(url + "/api/v1/events", "-", events, publishers, None))
+        cpu = cpu.close(len(sent))
     finally:
         proc.terminate()
         proc.wait(15)
@@ -650,7 +652,8 @@ def run_ingest_baseline(run: Run, events: int, publishers: int) -> dict:
                 stored = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
             table.drop(db.engine)
     return {"events": events, "accepted": len(sent), "errors": errors, "stored": stored,
-            "seconds": round(last - first, 3), "per_s": round(len(sent) / (last - first), 1) if last > first else None}
+            "seconds": round(last - first, 3), "per_s": round(len(sent) / (last - first), 1) if last > first else None,
+            "cpu": cpu}
 
 
 def _round(value):
@@ -974,6 +977,9 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
         click.echo(f"ingest baseline (bare Flask view, one INSERT): {baseline['per_s']} requests/s; Promesa's "
                    f"{'ingest alone' if alone or preload else 'ingest'} {ingest} events/s = "
                    f"ratio {out['ingest_ratio']}")
+        click.echo(f"  the baseline's CPU of the whole machine: {baseline['cpu']['ms_per_unit']} ms per request "
+                   f"({baseline['cpu']['busy_share']:.0%} busy); by process: " + ", ".join(
+                       f"{role} {ms}" for role, ms in baseline["cpu"]["ms_per_unit_by_process"].items()))
     if alone:
         click.echo(f"end to end / ingest alone: {out['end_to_end_over_ingest_alone']}")
         ingest_cpu, delivery_cpu, both_cpu = alone["cpu"]["ingest"], alone["cpu"]["delivery"], result["cpu"]

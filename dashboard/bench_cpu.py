@@ -20,8 +20,9 @@ _SERVICES = (("postgres", "postgresql"), ("redis-server", "redis"))
 class CpuWindow:
     """The CPU spent from its making to `close`."""
 
-    def __init__(self, run):
-        self.roles = _roles(run)
+    def __init__(self, run, web=None):
+        """`web`: the web server to count as the web, if not the run's own (the bare-view baseline's)."""
+        self.roles = _roles(run, web)
         self.wall = time.monotonic()
         self.busy = _busy_seconds()
         self.by_process = _process_seconds()
@@ -57,11 +58,12 @@ def _process_seconds() -> dict[tuple[int, str], float]:
     return seconds
 
 
-def _roles(run) -> dict[int, str]:
-    """The bench's own processes by pid: the web server (the first child) and its processes, the workers, the
-    receivers, and this one (the publisher)."""
+def _roles(run, web=None) -> dict[int, str]:
+    """The bench's own processes by pid: the web server (the run's first child, or `web`) and its processes, the
+    workers, the receivers, and this one (the publisher)."""
     roles = {os.getpid(): "publisher"}
-    groups = [("web", run.children[:1]), ("workers", run.children[1:]), ("receiver", run.receiver_procs)]
+    groups = [("web", [web] if web is not None else run.children[:1]), ("workers", run.children[1:]),
+              ("receiver", run.receiver_procs)]
     for role, procs in groups:
         for proc in procs:
             roles[proc.pid] = role

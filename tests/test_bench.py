@@ -51,14 +51,16 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     assert result["ingest_ratio"] == round(result["ingest_alone"]["ingest_events_per_s"]
                                            / result["ingest_baseline_per_s"], 3)
     assert result["end_to_end_over_ingest_alone"] > 0
-    # The machine's CPU per phase, in all and by process: ingest alone had no workers running, delivery alone
-    # published nothing.
+    # The machine's CPU per phase, in all and by process (20 events take a few of the clock's 10 ms ticks, so
+    # only the shape is checked here: tests/test_bench_cpu.py checks the figures). Ingest alone ran without
+    # workers.
     ingest_cpu, delivery_cpu = result["ingest_alone"]["cpu"]["ingest"], result["ingest_alone"]["cpu"]["delivery"]
-    assert ingest_cpu["ms_per_unit"] > 0 and 0 < ingest_cpu["busy_share"] <= 1.05
-    assert ingest_cpu["ms_per_unit_by_process"]["web"] > 0 and "workers" not in ingest_cpu["ms_per_unit_by_process"]
-    assert delivery_cpu["ms_per_unit_by_process"]["workers"] > 0
-    assert result["cpu"]["ms_per_unit_by_process"]["workers"] > 0 and result["cpu"]["ms_per_unit_by_process"]["web"] > 0
-    assert "end to end, by process:" in done.stdout
+    for phase in (ingest_cpu, delivery_cpu, result["cpu"], result["ingest_baseline"]["cpu"]):
+        assert phase["ms_per_unit"] >= 0 and phase["busy_share"] >= 0  # (over a few ticks, the share can top 1)
+        assert {"web", "publisher", "receiver"} <= set(phase["ms_per_unit_by_process"])
+    assert "workers" not in ingest_cpu["ms_per_unit_by_process"]
+    assert "workers" in delivery_cpu["ms_per_unit_by_process"] and "workers" in result["cpu"]["ms_per_unit_by_process"]
+    assert "end to end, by process:" in done.stdout and "the baseline's CPU of the whole machine" in done.stdout
     # Delivery during a prune: every seeded row is pruned by the end, deliveries complete either way.
     prune = result["prune"]
     assert prune["rows"] == 40 and prune["left"] == 0 and prune["prune_exit"] == 0
