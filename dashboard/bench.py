@@ -45,6 +45,7 @@ import uuid
 from pathlib import Path
 
 import click
+import psutil
 
 from .bench_cpu import CpuWindow
 from .clock import utcnow
@@ -266,6 +267,15 @@ def _wait_http(url: str, timeout: float, procs=()) -> None:
     raise click.ClickException(f"{url} did not answer within {timeout:.0f} s")
 
 
+def _live_children(proc: subprocess.Popen, ready: Path) -> set[int]:
+    """The server's processes that said they are ready (a process that died and was replaced said so too)."""
+    try:
+        children = {child.pid for child in psutil.Process(proc.pid).children()}
+    except psutil.NoSuchProcess:
+        return set()
+    return children & {int(marker.name) for marker in ready.iterdir()}
+
+
 def _http_json(method: str, url: str):
     import urllib.request
 
@@ -335,12 +345,30 @@ class Run:
 
         self.receiver_url = self.start_receiver()
 
+        proc, self.web_url = self.start_web("web", webserver.APP, self.env, "/api/v1/openapi.json")
+        self.children.append(proc)
+
+    def start_web(self, name: str, app: str, env: dict, probe: str) -> tuple[subprocess.Popen, str]:
+        """A gunicorn server of `web_workers` processes, as `promesa web` runs it, serving `app`; its process
+        and URL once every process has loaded the app. Keep-alive connections stay with the process that
+        accepted them: the publisher's, opened while one process was still loading, all went to the other,
+        and the phase ran at one process's speed (one core busy, the other idle)."""
+        from .webserver import READY_DIR_ENV, command
+
+        ready = self.tmp / f"{name}-ready"
+        ready.mkdir()
         port = _free_port()
-        self.web_url = f"http://127.0.0.1:{port}"
-        web_log = open(self.tmp / "web.log", "wb")
-        self.children.append(subprocess.Popen(webserver.command(f"127.0.0.1:{port}", self.web_workers, access_log=False),
-                                              env=self.env, stdout=web_log, stderr=subprocess.STDOUT))
-        _wait_http(self.web_url + "/api/v1/openapi.json", START_TIMEOUT_SECONDS, self.children)
+        url = f"http://127.0.0.1:{port}"
+        log = open(self.tmp / f"{name}.log", "wb")
+        proc = subprocess.Popen(command(f"127.0.0.1:{port}", self.web_workers, access_log=False, app=app),
+                                env=dict(env, **{READY_DIR_ENV: str(ready)}), stdout=log, stderr=subprocess.STDOUT)
+        _wait_http(url + probe, START_TIMEOUT_SECONDS, [proc, *self.children])
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while len(_live_children(proc, ready)) < self.web_workers:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise click.ClickException(f"the {name} server's processes did not all start; see {log.name}")
+            time.sleep(0.05)
+        return proc, url
 
     def start_receiver(self) -> str:
         """A receiver in a process of its own (one serves the healthy and slow endpoints; a rate-limited
@@ -619,7 +647,6 @@ def run_pipeline(run: Run, events: int, publishers: int, rate: float | None, tim
     }
 
 
-
 def run_ingest_baseline(run: Run, events: int, publishers: int) -> dict:
     """The least a Flask view can do per event (dashboard.bench_baseline), served the same way as the
     API (gunicorn, the same settings and processes), against the same database, under the same publisher."""
@@ -627,20 +654,14 @@ def run_ingest_baseline(run: Run, events: int, publishers: int) -> dict:
 
     from .bench_baseline import baseline_table
     from .extensions import db
-    from .webserver import command
 
     name = f"bench_ingest_baseline_{run.run_id}"
     with run.app.app_context():
         table = baseline_table(name)
         table.create(db.engine)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(run.tmp / "baseline.log", "wb")
-    proc = subprocess.Popen(command(f"127.0.0.1:{port}", run.web_workers, access_log=False,
-                                    app="dashboard.bench_baseline:create_app()"),
-                            env=dict(run.env, PROMESA_BENCH_BASELINE_TABLE=name), stdout=log, stderr=subprocess.STDOUT)
+    proc, url = run.start_web("baseline", "dashboard.bench_baseline:create_app()",
+                              dict(run.env, PROMESA_BENCH_BASELINE_TABLE=name), "/ready")
     try:
-        _wait_http(url + "/ready", START_TIMEOUT_SECONDS, [proc])
         cpu = CpuWindow(run, web=proc)
         sent, errors, first, last = asyncio.run(_publish(url + "/api/v1/events", "-", events, publishers, None))
         cpu = cpu.close(len(sent))

@@ -7,7 +7,9 @@ the names below that are its settings and ignores the rest.
 from __future__ import annotations
 
 import gc
+import os
 import sys
+from pathlib import Path
 
 
 # gunicorn would take X-Forwarded-Proto from a peer on 127.0.0.1 as https; the app decides instead
@@ -27,9 +29,25 @@ def post_worker_init(worker) -> None:
     from dashboard import handoff
 
     handoff.start(worker.wsgi)  # ingest hands its work to Redis from a thread of this worker
+    _say_ready()
 
 
-def command(bind: str, workers: int, access_log: bool = True, app: str = "dashboard:create_app()") -> list[str]:
+# A folder where each web process, once its app is loaded, leaves a file named by its pid (when set).
+READY_DIR_ENV = "PROMESA_WEB_READY_DIR"
+
+
+def _say_ready() -> None:
+    """For whoever starts the server and must know when every process serves (`promesa bench`: keep-alive
+    connections opened while one process is still loading the app all go to the other, and stay there)."""
+    folder = os.environ.get(READY_DIR_ENV)
+    if folder:
+        Path(folder, str(os.getpid())).touch()
+
+
+APP = "dashboard:create_app()"
+
+
+def command(bind: str, workers: int, access_log: bool = True, app: str = APP) -> list[str]:
     """The gunicorn command line for the dashboard and API (`app`: another app served the same way)."""
     argv = [sys.executable, "-m", "gunicorn", "--config", "python:dashboard.webserver", "--workers", str(workers),
             "--threads", "4", "--bind", bind, "--keep-alive", "30",
