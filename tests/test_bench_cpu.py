@@ -55,3 +55,12 @@ def test_a_window_counts_the_machines_busy_time_and_attributes_it_to_the_bench_p
 def test_a_window_over_nothing_says_so():
     result = CpuWindow(SimpleNamespace(children=[], receiver_procs=[])).close(units=0)
     assert result["ms_per_unit"] is None and set(result["ms_per_unit_by_process"].values()) == {None}
+
+
+def test_a_publishing_phase_that_left_the_cores_idle_is_named():
+    from dashboard.bench import underused_phases
+
+    busy = {"ms_per_unit": 1.5, "busy_share": 0.92, "ms_per_unit_by_process": {}}
+    idle = {"ms_per_unit": 1.7, "busy_share": 0.71, "ms_per_unit_by_process": {}}
+    assert underused_phases({"ingest baseline": idle, "ingest alone": busy}) == ["ingest baseline"]
+    assert underused_phases({"ingest baseline": busy, "ingest alone": None}) == []  # not measured
