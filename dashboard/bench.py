@@ -689,6 +689,10 @@ def run_ingest_baseline(run: Run, events: int, publishers: int) -> dict:
             "cpu": cpu}
 
 
+def _by_process(cpu: dict) -> str:
+    return ", ".join(f"{role} {ms}" for role, ms in cpu["ms_per_unit_by_process"].items())
+
+
 def _round(value):
     return None if value is None else round(value, 1)
 
@@ -1013,8 +1017,7 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                    f"{'ingest alone' if alone or preload else 'ingest'} {ingest} events/s = "
                    f"ratio {out['ingest_ratio']}")
         click.echo(f"  the baseline's CPU of the whole machine: {baseline['cpu']['ms_per_unit']} ms per request "
-                   f"({baseline['cpu']['busy_share']:.0%} busy); by process: " + ", ".join(
-                       f"{role} {ms}" for role, ms in baseline["cpu"]["ms_per_unit_by_process"].items()))
+                   f"({baseline['cpu']['busy_share']:.0%} busy); by process: {_by_process(baseline['cpu'])}")
     if alone:
         click.echo(f"end to end / ingest alone: {out['end_to_end_over_ingest_alone']}")
         ingest_cpu, delivery_cpu, both_cpu = alone["cpu"]["ingest"], alone["cpu"]["delivery"], result["cpu"]
@@ -1023,8 +1026,7 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                    f"({delivery_cpu['busy_share']:.0%} busy), end to end {both_cpu['ms_per_unit']} per delivery "
                    f"({both_cpu['busy_share']:.0%} busy)")
         for name, phase in (("ingest alone", ingest_cpu), ("delivery alone", delivery_cpu), ("end to end", both_cpu)):
-            click.echo(f"  {name}, by process: " + ", ".join(
-                f"{role} {ms}" for role, ms in phase["ms_per_unit_by_process"].items()))
+            click.echo(f"  {name}, by process: {_by_process(phase)}")
     if slow:
         click.echo(f"slow endpoints: {slow}, requests they received: {out['slow_requests']}")
     if out["throttled"]:
