@@ -10,7 +10,11 @@
 
 A drain job (`dashboard.jobs.drain`) empties the ready list in batches; at most
 PROMESA_DRAINERS of them hold a slot at once, so a burst of ingests enqueues a few
-jobs, not one per event.
+jobs, not one per event. While one drain is running, another starts only when the ready list
+holds more than a drain takes at once (SPARE_DRAIN_BACKLOG), or when the running ones have
+stopped beating (a worker killed mid-drain): two drains splitting a trickle each claim, send and
+record half as much at a time, for nearly the same cost per batch. A spare drain that finds only a
+trickle for a whole heartbeat ends (`heartbeat` tells it whether others are beating).
 """
 
 from __future__ import annotations
@@ -25,22 +29,42 @@ from flask import current_app
 from rq import Queue
 
 SLOT_TTL_SECONDS = 90
+# A running drain beats this often; one silent for SLOT_STALE_SECONDS no longer keeps others from starting
+# (its slot still counts against PROMESA_DRAINERS until SLOT_TTL_SECONDS).
+HEARTBEAT_SECONDS = 1.0
+SLOT_STALE_SECONDS = 3.0
+# More ready work than this while a drain runs starts another: a drain pops at most this many at once.
+SPARE_DRAIN_BACKLOG = 200
 _CHUNK = 1000  # Lua's unpack() has a stack limit: push ids in chunks
 
-# KEYS: ready, drainers, ready index. ARGV: now, ttl, max drainers, slot token, ids...
-# Pushes the ids, then claims a drain slot if there is work and a slot is free.
+# KEYS: ready, drainers, ready index. ARGV: now, ttl, max drainers, slot token, backlog, stale after, ids...
+# Pushes the ids, then claims a drain slot if there is work, a slot is free, and no beating drain is
+# there to take it (or the work is more than one drain takes at once). A slot's score is when it expires:
+# a drain that beat within `stale after` seconds has a score above now + ttl - stale after.
 _PUSH_AND_CLAIM = """
-if #ARGV > 4 then
-  redis.call('RPUSH', KEYS[1], unpack(ARGV, 5))
-  for i = 5, #ARGV do redis.call('ZADD', KEYS[3], ARGV[1], ARGV[i]) end
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+if #ARGV > 6 then
+  redis.call('RPUSH', KEYS[1], unpack(ARGV, 7))
+  for i = 7, #ARGV do redis.call('ZADD', KEYS[3], now, ARGV[i]) end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
-if redis.call('LLEN', KEYS[1]) == 0 then return 0 end
-if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[3]) then
-  redis.call('ZADD', KEYS[2], tonumber(ARGV[1]) + tonumber(ARGV[2]), ARGV[4])
-  return 1
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local waiting = redis.call('LLEN', KEYS[1])
+if waiting == 0 then return 0 end
+local held = redis.call('ZCARD', KEYS[2])
+if held >= tonumber(ARGV[3]) then return 0 end
+if held > 0 and waiting <= tonumber(ARGV[5])
+    and redis.call('ZCOUNT', KEYS[2], '(' .. (now + ttl - tonumber(ARGV[6])), '+inf') > 0 then
+  return 0
 end
-return 0
+redis.call('ZADD', KEYS[2], now + ttl, ARGV[4])
+return 1
+"""
+
+# KEYS: drainers. ARGV: now, ttl, slot token, stale after. Renews the slot; returns the slots that beat lately.
+_HEARTBEAT = """
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. (now + ttl - tonumber(ARGV[4])), '+inf')
 """
 
 # KEYS: scheduled, ready, ready index. ARGV: now (unix), limit. Moves due ids to the ready list atomically.
@@ -61,6 +85,12 @@ if not ids then return {} end
 redis.call('ZREM', KEYS[2], unpack(ids))
 return ids
 """
+
+def is_spare(token: str, beating: list[str]) -> bool:
+    """Of drains beating together, the one with the least slot token keeps going when work is a trickle;
+    the others are spares (a fixed order, so that two never both end)."""
+    return any(other < token for other in beating)
+
 
 def work_item(subscription_id: str, delivery_id: str) -> str:
     """What Redis holds for one delivery: its subscription too, so a worker can leave a saturated
@@ -132,6 +162,7 @@ class WorkQueue:
         self._push_and_claim = conn.register_script(_PUSH_AND_CLAIM)
         self._promote = conn.register_script(_PROMOTE)
         self._pop = conn.register_script(_POP)
+        self._heartbeat = conn.register_script(_HEARTBEAT)
 
     @classmethod
     def for_app(cls, app=None) -> WorkQueue:
@@ -156,7 +187,8 @@ class WorkQueue:
             chunk = ids[start:start + _CHUNK]
             claimed = self._push_and_claim(
                 keys=[self.ready_key, self.drainers_key, self.ready_index_key],
-                args=[time.time(), SLOT_TTL_SECONDS, self.max_drainers, token, *chunk])
+                args=[time.time(), SLOT_TTL_SECONDS, self.max_drainers, token, SPARE_DRAIN_BACKLOG,
+                      SLOT_STALE_SECONDS, *chunk])
             if claimed:
                 self._enqueue_drain(token)
                 started = True
@@ -200,8 +232,12 @@ class WorkQueue:
             return []
         return self.pop_ready(count)
 
-    def heartbeat(self, token: str) -> None:
-        self.conn.zadd(self.drainers_key, {token: time.time() + SLOT_TTL_SECONDS})
+    def heartbeat(self, token: str) -> list[str]:
+        """Renew a drain's slot; returns the other drains that beat within SLOT_STALE_SECONDS."""
+        beating = self._heartbeat(keys=[self.drainers_key],
+                                  args=[time.time(), SLOT_TTL_SECONDS, token, SLOT_STALE_SECONDS])
+        return [t for t in (b.decode() for b in beating) if t != token]
+
 
     def release(self, token: str) -> None:
         """Give the slot back; if work arrived meanwhile, make sure someone takes it."""

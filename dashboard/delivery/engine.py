@@ -48,7 +48,7 @@ from . import http
 from .policies import Decision, Outcome, decide, policy_for
 from .ratelimit import RateLimiter, at_turn
 from .targets import PublicOnlyResolver
-from ..queue import split_item, work_item
+from ..queue import HEARTBEAT_SECONDS, is_spare, split_item, work_item
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +228,7 @@ class DrainStats:
     skipped: int = 0
     claims: int = 0  # claim transactions, and record transactions: deliveries per transaction is what the database feels
     records: int = 0
+    spare_ended: bool = False  # a spare drain that ended early: another drain took the trickle alone
     states: Counter = field(default_factory=Counter)
 
 
@@ -501,7 +502,8 @@ class DeliveryEngine:
     async def _drain_loop(self, run: _Run, slot_token, budget_seconds, linger_seconds) -> DrainStats:
         started = time.monotonic()
         deadline = started + budget_seconds
-        next_heartbeat = started + 10
+        next_heartbeat = started + HEARTBEAT_SECONDS
+        busy = False  # since the last heartbeat, did a pop take all it asked for (more work than this drain)?
         renew_every = self.lease_seconds * LEASE_RENEW_FRACTION
         next_renewal = started + renew_every
         idle_since = None
@@ -525,6 +527,7 @@ class DeliveryEngine:
                     and len(run.in_flight) < self.max_in_flight and now >= max(next_pop, gather_until)):
                 items = self.work.pop_ready(room)
                 popped = len(items)
+                busy = busy or popped == room
                 if not popped:
                     next_pop = now + POLL_SECONDS
                 elif _gathers_next(popped, room, self.max_in_flight):
@@ -556,6 +559,7 @@ class DeliveryEngine:
                     # Nothing in flight: wait for new work in Redis (keeping the warm pool) rather than end.
                     count = min(POP_BATCH, self.max_in_flight)
                     items = await asyncio.to_thread(self.work.wait_ready, count, wait)
+                    busy = busy or len(items) == count
                     if _gathers_next(len(items), count, self.max_in_flight):
                         gather_until = time.monotonic() + GATHER_SECONDS
                     ids = await run.admit(items)
@@ -566,8 +570,13 @@ class DeliveryEngine:
             else:
                 idle_since = None
             if slot_token and time.monotonic() > next_heartbeat:
-                self.work.heartbeat(slot_token)
-                next_heartbeat = time.monotonic() + 10
+                beating = self.work.heartbeat(slot_token)
+                if not busy and is_spare(slot_token, beating):
+                    # Another drain takes this trickle alone, at larger batches: end as at the budget's end.
+                    deadline = min(deadline, time.monotonic())
+                    run.stats.spare_ended = True
+                busy = False
+                next_heartbeat = time.monotonic() + HEARTBEAT_SECONDS
         stats = run.stats
         stats.succeeded = stats.states[DeliveryState.SUCCEEDED]
         return stats
