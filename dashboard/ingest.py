@@ -19,6 +19,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, array
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import catalog, handoff, ingest_path
+from .routing_cache import GENERATION, STILL_CURRENT, Lookup, ReadAgain
 from .clock import iso
 from .extensions import db
 from .ids import new_ids
@@ -142,7 +143,7 @@ def _routed_and_declared(caller, exact: bool, indexed: bool):
         EventType.team_id == caller.c.team_id, EventType.name == bindparam("name")).scalar_subquery()
     return select(caller.c.team_id, caller.c.strict, declared.c.name.label("declared_name"),
                   declared.c.version.label("declared_version"), declared.c.schema.label("declared_schema"),
-                  *_ROUTING.selected_columns).select_from(
+                  *_ROUTING.selected_columns, *([GENERATION] if indexed else [])).select_from(
         caller.outerjoin(declared, and_(declared.c.team_id == caller.c.team_id, declared.c.name == bindparam("name"),
                                         declared.c.version == version))
         .outerjoin(Subscription, _may_want_the_type(caller.c.team_id, indexed)))
@@ -180,12 +181,17 @@ def _routing(team_id: int, event_types: set[str]) -> list:
     return ingest_path.read(_ROUTING, {"team_id": team_id})
 
 
-def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None
+def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None, lookup: Lookup
                              ) -> tuple[list, Declared | None, Caller]:
     """_routing for one event type, the declaration catalog.resolve would read for it (the asked version's,
     or the latest) and the producing team, in one round trip instead of three: a request usually carries
-    one event, of one type. 401 when `producer` is a token that names no team (unknown or revoked)."""
+    one event, of one type. 401 when `producer` is a token that names no team (unknown or revoked).
+    On PostgreSQL the answer is kept, and a later request may take it from `lookup` (see routing_cache)."""
     by_token, indexed = isinstance(producer, BearerToken), _indexed_routing()
+    key = (producer if by_token else producer.id, event_type, version)
+    kept = lookup.kept(key)
+    if kept is not None:
+        return kept
     params = _one_type_params(event_type, indexed) \
         | ({"digest": producer.digest} if by_token else {"team_id": producer.id}) \
         | ({} if version is None else {"version": version})
@@ -196,7 +202,9 @@ def _routing_and_declaration(producer: Team | BearerToken, event_type: str, vers
     first = rows[0]
     declared = None if first.declared_version is None else \
         Declared(first.declared_name, first.declared_version, first.declared_schema)
-    return [row for row in rows if row.id is not None], declared, Caller(first.team_id, first.strict)
+    answer = [row for row in rows if row.id is not None], declared, Caller(first.team_id, first.strict)
+    lookup.keep(key, answer, first.routing_generation if indexed else None)
+    return answer
 
 
 _EVENT_KEY = select(Event.key).where(Event.key == bindparam("key"))
@@ -253,6 +261,21 @@ def ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempoten
     then enqueue. One bad event rejects the whole batch: nothing is stored half-way.
     `only`: (subscription id, active): deliver to that one subscription alone, whatever its filters
     and the catalog say (a test event). A BearerToken for `team` only with events of one type and version."""
+    lookup = Lookup.for_request()
+    try:
+        return _ingest_many(team, events_in, idempotency_key, numbered, only, lookup)
+    except ReadAgain as again:
+        if again.changed:
+            lookup.stale()
+    except ApiError:
+        if lookup.generation is None or lookup.writing:
+            raise
+    # The routing kept had changed, or refused the request: answer from a fresh read instead.
+    return _ingest_many(team, events_in, idempotency_key, numbered, only, Lookup(None))
+
+
+def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempotency_key: str | None,
+                 numbered: bool, only: tuple[str, bool] | None, lookup: Lookup) -> list[Accepted]:
     def at(index: int, exc: ApiError) -> ApiError:
         """In a batch, an error names the event it is about."""
         return ApiError(exc.status, f"events[{index}]: {exc.message}") if numbered else exc
@@ -274,7 +297,7 @@ def ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempoten
         subscriptions = []
     elif len(event_types) == 1 and len(asked := {c[3] for c in checked}) == 1:
         key = (next(iter(event_types)), next(iter(asked)))
-        subscriptions, declarations[key], team = _routing_and_declaration(team, *key)
+        subscriptions, declarations[key], team = _routing_and_declaration(team, *key, lookup)
     else:
         subscriptions = _routing(team.id, event_types)
     stored = _stored_events(team, [c[2] for c in checked if c[2]])
@@ -326,11 +349,14 @@ def ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempoten
                            "state": DeliveryState.PENDING if active else DeliveryState.HELD})
         if active:
             ready.append(work_item(subscription_id, delivery_id))
+    if not events and lookup.generation is not None:
+        raise ReadAgain(changed=False)  # duplicates only: no write checks the kept routing (a revoked token)
     if events:
+        lookup.writing = True
         try:
             store_once(events, {"team_id": team.id, "idempotency_key": idempotency_key, "created_at": now},
                        deliveries, {"attempt_count": 0, "retry_base": 0, "next_attempt_at": now,
-                                    "created_at": now, "updated_at": now})
+                                    "created_at": now, "updated_at": now}, lookup.generation)
         except IntegrityError:
             db.session.rollback()
             if numbered:
@@ -359,18 +385,21 @@ def _how_to_send(table: Table, name: str, dialect):
 
 class _InsertPlan(NamedTuple):
     """A one-statement INSERT and how to send its values: the values every row shares come first, then
-    one array per column (INSERT ... SELECT FROM unnest), or, for a single row, one value per column."""
+    one array per column (INSERT ... SELECT FROM unnest), or, for a single row, one value per column;
+    last, when `guarded`, the routing generation the rows were planned at (routing_cache)."""
     sql: str
     row_processors: list
     same_processors: list
     one_row: bool
+    guarded: bool
 
 
 @functools.lru_cache(maxsize=64)
 def _insert_plan(table: Table, row_names: tuple[str, ...], same_names: tuple[str, ...], dialect,
-                 one_row: bool) -> _InsertPlan | None:
-    """Built once per table, columns and shape. None when a column with a Python-side default is
-    missing (the executemany fills it in per row)."""
+                 one_row: bool, guarded: bool = False) -> _InsertPlan | None:
+    """Built once per table, columns, shape and guard. None when a column with a Python-side default is
+    missing (the executemany fills it in per row). `guarded`: rows are written only while the routing
+    generation is still the one given last."""
     if any(c.default is not None and c.name not in (*row_names, *same_names) for c in table.c):
         return None
     row_processors, row_sql, same_processors, same_sql = [], [], [], []
@@ -386,17 +415,20 @@ def _insert_plan(table: Table, row_names: tuple[str, ...], same_names: tuple[str
     columns = ", ".join(quote(n) for n in (*same_names, *row_names))
     if one_row:
         # psycopg dumps an array at several times a value's cost, and a single event is one row of each table.
-        sql = f"INSERT INTO {quote(table.name)} ({columns}) VALUES ({', '.join([*same_sql, *row_sql])})"
+        values = ', '.join([*same_sql, *row_sql])
+        sql = f"INSERT INTO {quote(table.name)} ({columns}) " + \
+            (f"SELECT {values}{STILL_CURRENT}" if guarded else f"VALUES ({values})")
     else:
         sql = (f"INSERT INTO {quote(table.name)} ({columns}) "
-               f"SELECT {', '.join([*same_sql, 'given.*'])} FROM unnest({', '.join(row_sql)}) AS given")
-    return _InsertPlan(sql, row_processors, same_processors, one_row)
+               f"SELECT {', '.join([*same_sql, 'given.*'])} FROM unnest({', '.join(row_sql)}) AS given"
+               + (STILL_CURRENT if guarded else ""))
+    return _InsertPlan(sql, row_processors, same_processors, one_row, guarded)
 
 
-def _plan_for(table: Table, rows: list[dict], same: dict) -> _InsertPlan | None:
+def _plan_for(table: Table, rows: list[dict], same: dict, guarded: bool = False) -> _InsertPlan | None:
     dialect = db.engine.dialect
     if (dialect.name, dialect.driver) == ("postgresql", "psycopg"):
-        return _insert_plan(table, tuple(rows[0]), tuple(same), dialect, len(rows) == 1)
+        return _insert_plan(table, tuple(rows[0]), tuple(same), dialect, len(rows) == 1, guarded)
     return None
 
 
@@ -404,12 +436,13 @@ def _sent(values, processors) -> list:
     return [process(value) if process else value for value, process in zip(values, processors)]
 
 
-def _insert_parameters(plan: _InsertPlan, rows: list[dict], same: dict) -> tuple:
+def _insert_parameters(plan: _InsertPlan, rows: list[dict], same: dict, generation: int | None = None) -> tuple:
+    guard = (generation,) if plan.guarded else ()
     if plan.one_row:
-        return (*_sent(same.values(), plan.same_processors), *_sent(rows[0].values(), plan.row_processors))
+        return (*_sent(same.values(), plan.same_processors), *_sent(rows[0].values(), plan.row_processors), *guard)
     arrays = [[process(row[name]) for row in rows] if process else [row[name] for row in rows]
               for name, process in zip(rows[0], plan.row_processors)]
-    return (*_sent(same.values(), plan.same_processors), *arrays)
+    return (*_sent(same.values(), plan.same_processors), *arrays, *guard)
 
 
 def insert_rows(table: Table, rows: list[dict], same: dict) -> None:
@@ -426,23 +459,33 @@ def insert_rows(table: Table, rows: list[dict], same: dict) -> None:
     ingest_path.write(plan.sql, _insert_parameters(plan, rows, same))
 
 
-def insert_events(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict) -> None:
+def insert_events(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict,
+                  generation: int | None = None) -> None:
     """Store events and their deliveries. On PostgreSQL one statement does both (the events' INSERT in a
-    WITH): one round trip, and atomic on its own, so ingest needs no transaction around it (ingest_path)."""
-    plans = [_plan_for(Event.__table__, events, events_same)]
+    WITH): one round trip, and atomic on its own, so ingest needs no transaction around it (ingest_path).
+    `generation`: the routing generation they were planned at (PostgreSQL); if it has moved on, nothing is
+    stored and ReadAgain is raised."""
+    guarded = generation is not None
+    plans = [_plan_for(Event.__table__, events, events_same, guarded)]
     if deliveries:
-        plans.append(_plan_for(Delivery.__table__, deliveries, deliveries_same))
-    if None in plans or len(plans) == 1:
+        plans.append(_plan_for(Delivery.__table__, deliveries, deliveries_same, guarded))
+    if None in plans:
         insert_rows(Event.__table__, events, events_same)
         if deliveries:
             insert_rows(Delivery.__table__, deliveries, deliveries_same)
         return
-    ingest_path.write(f"WITH stored_events AS ({plans[0].sql}) {plans[1].sql}",
-                      (*_insert_parameters(plans[0], events, events_same),
-                       *_insert_parameters(plans[1], deliveries, deliveries_same)))
+    if len(plans) == 1:
+        written = ingest_path.write(plans[0].sql, _insert_parameters(plans[0], events, events_same, generation))
+    else:  # both statements see the same generation: both write, or neither does
+        written = ingest_path.write(f"WITH stored_events AS ({plans[0].sql}) {plans[1].sql}",
+                                    (*_insert_parameters(plans[0], events, events_same, generation),
+                                     *_insert_parameters(plans[1], deliveries, deliveries_same, generation)))
+    if guarded and written == 0:
+        raise ReadAgain(changed=True)
 
 
-def store_once(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict) -> None:
+def store_once(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict,
+               generation: int | None = None) -> None:
     """insert_events and commit, exactly once even when the connection dies under the write.
 
     Whether a write whose connection was lost (a backend terminated, a failover) was stored is
@@ -450,7 +493,7 @@ def store_once(events: list[dict], events_same: dict, deliveries: list[dict], de
     or not. The keys were made before the write, so a look on a new connection tells which, and
     the write runs again only if nothing was stored."""
     def write():
-        insert_events(events, events_same, deliveries, deliveries_same)
+        insert_events(events, events_same, deliveries, deliveries_same, generation)
         ingest_path.commit()
 
     try:

@@ -47,18 +47,23 @@ def read(statement, params: dict) -> list:
     return _run(sql, defaults | params, fetch=True)
 
 
-def write(sql: str, params) -> None:
-    """Run one write given as the driver's SQL (psycopg's placeholders; see ingest._insert_plan)."""
+def write(sql: str, params) -> int:
+    """Run one write given as the driver's SQL (psycopg's placeholders; see ingest._insert_plan); returns
+    how many rows it wrote (of its main statement)."""
     if not in_autocommit():
-        connection().exec_driver_sql(sql, params)
-        return
+        return connection().exec_driver_sql(sql, params).rowcount
     g.promesa_commit_sent = True  # in autocommit it commits as it runs: a lost answer must not run it again
-    _run(sql, params, fetch=False)
+    return _run(sql, params, fetch=False)
 
 
 def engine() -> Engine:
     """The app's pool of autocommit connections for ingest (PostgreSQL)."""
     return current_app.extensions[_ENGINE]
+
+
+def routing_cache():
+    """The app's kept routing answers (PostgreSQL; see routing_cache)."""
+    return current_app.extensions[_ROUTING_CACHE]
 
 
 @functools.lru_cache(maxsize=64)
@@ -77,7 +82,7 @@ def pooled_connection():
     return fairy
 
 
-def _run(sql: str, params, fetch: bool) -> list | None:
+def _run(sql: str, params, fetch: bool) -> list | int:
     """One statement on psycopg's cursor itself. Through SQLAlchemy's execution (compile cache, execution
     context, result) the routing read cost twice the CPU; ingest sends two plain statements and needs none
     of it. Errors come out as SQLAlchemy's would, with a lost connection invalidated (outages, store_once)."""
@@ -86,7 +91,7 @@ def _run(sql: str, params, fetch: bool) -> list | None:
     try:
         with driver.cursor(row_factory=namedtuple_row) as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchall() if fetch else None
+            return cursor.fetchall() if fetch else cursor.rowcount
     except Exception as error:
         dialect = engine().dialect
         if not isinstance(error, dialect.loaded_dbapi.Error):
@@ -119,6 +124,7 @@ def _give_back() -> None:
 
 
 _ENGINE = "promesa.ingest_engine"
+_ROUTING_CACHE = "promesa.routing_cache"
 
 
 def _autocommit_engine(app) -> Engine:
@@ -134,7 +140,10 @@ def _autocommit_engine(app) -> Engine:
 def init_app(app) -> None:
     if not app.config["SQLALCHEMY_DATABASE_URI"].startswith("postgresql+psycopg"):
         return  # elsewhere the events and deliveries are two statements: they keep their transaction
+    from .routing_cache import RoutingCache
+
     engine = app.extensions[_ENGINE] = _autocommit_engine(app)
+    app.extensions[_ROUTING_CACHE] = RoutingCache()
     with app.app_context():
         # Whoever disposes of the app's connections (tests, a forked process) disposes of these too.
         event.listen(db.engine, "engine_disposed", lambda _engine: engine.dispose())
