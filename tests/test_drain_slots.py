@@ -14,7 +14,6 @@ from dashboard.queue import SLOT_STALE_SECONDS, SLOT_TTL_SECONDS, SPARE_DRAIN_BA
 def queue(app, max_drainers: int = 4) -> WorkQueue:
     work = WorkQueue.for_app(app)
     work.max_drainers = max_drainers
-    work._enqueue_drain = lambda token: None  # the slot is this test's subject, not RQ's job
     return work
 
 
