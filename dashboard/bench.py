@@ -228,12 +228,29 @@ async def _publish(url: str, token: str, count: int, concurrency: int, rate: flo
                     await asyncio.sleep(delay)
                 tasks.append(asyncio.ensure_future(one(first)))
             await asyncio.gather(*tasks)
-        else:
-            await asyncio.gather(*(one(first) for first in firsts))
+        else:  # `concurrency` senders taking the next request in turn: not a task per request made up front
+            pending = iter(firsts)
+
+            async def sender():
+                for first in pending:
+                    await one(first)
+
+            await asyncio.gather(*(sender() for _ in range(concurrency)))
         return sent, errors, started, time.time()
 
 
 # -- helpers -----------------------------------------------------------------------------------
+def _stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """Ask a child to end, and kill it if it has not within `timeout` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -362,12 +379,16 @@ class Run:
         log = open(self.tmp / f"{name}.log", "wb")
         proc = subprocess.Popen(command(f"127.0.0.1:{port}", self.web_workers, access_log=False, app=app),
                                 env=dict(env, **{READY_DIR_ENV: str(ready)}), stdout=log, stderr=subprocess.STDOUT)
-        _wait_http(url + probe, START_TIMEOUT_SECONDS, [proc, *self.children])
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while len(_live_children(proc, ready)) < self.web_workers:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise click.ClickException(f"the {name} server's processes did not all start; see {log.name}")
-            time.sleep(0.05)
+        try:
+            _wait_http(url + probe, START_TIMEOUT_SECONDS, [proc, *self.children])
+            deadline = time.monotonic() + START_TIMEOUT_SECONDS
+            while len(_live_children(proc, ready)) < self.web_workers:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise click.ClickException(f"the {name} server's processes did not all start; see {log.name}")
+                time.sleep(0.05)
+        except BaseException:  # a server that failed to start, or a bench stopped meanwhile: never left running
+            _stop_process(proc)
+            raise
         return proc, url
 
     def start_receiver(self) -> str:
@@ -502,11 +523,7 @@ class Run:
             if proc.poll() is None:
                 proc.terminate()
         for proc in self.children:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            _stop_process(proc)
         for proc in self.receiver_procs:
             if proc.is_alive():
                 proc.terminate()
@@ -678,8 +695,7 @@ def run_ingest_baseline(run: Run, events: int, publishers: int) -> dict:
         sent, errors, first, last = asyncio.run(_publish(url + "/api/v1/events", "-", events, publishers, None))
         cpu = cpu.close(len(sent))
     finally:
-        proc.terminate()
-        proc.wait(15)
+        _stop_process(proc)
         with run.app.app_context():
             with db.engine.begin() as conn:
                 stored = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
@@ -904,6 +920,16 @@ def _parse_receivers(spec: str | None) -> int:
     return int(count)
 
 
+def _stop_children_on_sigterm() -> None:
+    """A bench ended by SIGTERM (`kill`, a timeout) tears its run down as Ctrl-C does. Python's default for
+    SIGTERM ends the process without cleanup: its gunicorn, workers and receiver ran on, and took CPU from
+    whatever was measured next."""
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 @click.command("bench")
 @click.option("--events", "events", default=2000, show_default=True, help="events to publish")
 @click.option("--workers", "workers", default=2, show_default=True, help="`promesa worker` processes")
@@ -957,6 +983,7 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
     def log(message):
         click.echo(message, err=True)
 
+    _stop_children_on_sigterm()
     if scale:
         from .bench_scale import scale_command
 

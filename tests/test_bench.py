@@ -138,3 +138,41 @@ def test_a_phase_counts_only_its_own_succeeded_deliveries(app, producer, receive
         assert run.succeeded([subscription_id], since=phase_started) == 2
     finally:
         shutil.rmtree(run.tmp, ignore_errors=True)
+
+
+def test_a_bench_ended_by_sigterm_stops_every_process_it_started(tmp_path):
+    """Else its gunicorn, workers and receiver run on, and take CPU from whatever is measured next."""
+    import signal
+    import time
+
+    import psutil
+
+    def command_of(process: psutil.Process) -> list[str]:
+        try:
+            return process.cmdline()
+        except psutil.Error:  # it ended meanwhile
+            return []
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["PROMESA_INSTANCE_PATH"] = str(tmp_path)
+    bench = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "bench", "--events", "1000000", "--workers", "1",
+                              "--web-workers", "1", "--no-raw", "--no-ingest-baseline", "--timeout", "120"],
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        started = psutil.Process(bench.pid)
+        deadline = time.monotonic() + 90
+        children: list[psutil.Process] = []
+        while time.monotonic() < deadline:  # until its worker is up: receiver, gunicorn and worker are running
+            children = started.children(recursive=True)
+            if any(command_of(c)[-2:] == ["dashboard.cli", "worker"] for c in children):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the bench never started its worker")
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+        _, alive = psutil.wait_procs(children, timeout=20)
+        assert [command_of(c) for c in alive if c.status() != psutil.STATUS_ZOMBIE] == []
+    finally:
+        if bench.poll() is None:
+            bench.kill()
