@@ -19,13 +19,13 @@ from sqlalchemy.dialects.postgresql import ARRAY, array
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import catalog, handoff, ingest_path
-from .routing_cache import GENERATION, STILL_CURRENT, Lookup, ReadAgain
 from .clock import iso
 from .extensions import db
 from .ids import new_ids
 from .models import ApiToken, Delivery, DeliveryState, Event, EventType, Subscription, SubscriptionState, Team
 from .outages import REDIS_AWAY, redis_outage
 from .queue import WorkQueue, work_item
+from .routing_cache import GENERATION, STILL_CURRENT, Lookup, ReadAgain
 from .schemas import EventInput
 from .validation import MAX_DATA_DEPTH, ApiError, compact_json, invalid_token, nesting_depth
 
@@ -470,6 +470,8 @@ def insert_events(events: list[dict], events_same: dict, deliveries: list[dict],
     if deliveries:
         plans.append(_plan_for(Delivery.__table__, deliveries, deliveries_same, guarded))
     if None in plans:
+        if guarded:  # (every column is given, so not expected) unguarded, it could store what was routed stale
+            raise ReadAgain(changed=False)
         insert_rows(Event.__table__, events, events_same)
         if deliveries:
             insert_rows(Delivery.__table__, deliveries, deliveries_same)
