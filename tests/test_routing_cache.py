@@ -66,6 +66,33 @@ def test_a_subscription_added_elsewhere_gets_the_very_next_event(app, producer, 
     assert db.session.scalar(select(sa.func.count()).select_from(Event)) == 2  # stored once, not twice
 
 
+def test_a_batch_from_what_was_kept_is_written_whole_or_read_again(app, producer, receiver, elsewhere, statements):
+    """A batch of one type takes the kept routing too: its events and deliveries (arrays, unnest) are written
+    under the same condition, so a change stores none of them, and the batch is read and written again."""
+    first = producer.subscribe(receiver.url + "/ok")
+
+    def batch(*ids):
+        db.session.remove()
+        resp = producer.post("/api/v1/events/batch", {"events": [{"type": "file.updated", "id": i} for i in ids]})
+        assert resp.status_code == 202, resp.get_json()
+
+    batch("b1", "b2")
+    statements.clear()
+    batch("b3", "b4")
+    # (the batch endpoint's token check and its look for stored ids are the session's, not in autocommit)
+    assert ("SELECT", True) not in statements and ("WITH", True) in statements, statements  # no routing read
+    elsewhere("UPDATE subscriptions SET event_types = '[\"file.*\"]' WHERE id = :id", id=first["id"])
+    elsewhere("INSERT INTO subscriptions (id, team_id, url, description, event_types, retry_policy, signature_scheme, "
+              "state, secret_ciphertext, connect_timeout, attempt_timeout, max_age_seconds, created_at, updated_at) "
+              "SELECT 'sub_added_elsewhere', team_id, url, description, event_types, retry_policy, signature_scheme, "
+              "state, secret_ciphertext, connect_timeout, attempt_timeout, max_age_seconds, created_at, updated_at "
+              "FROM subscriptions WHERE id = :id", id=first["id"])
+    batch("b5", "b6")
+    for event_id in ("b5", "b6"):
+        assert sorted(d.subscription_id for d in deliveries_of(event_id)) == sorted([first["id"], "sub_added_elsewhere"])
+    assert db.session.scalar(select(sa.func.count()).select_from(Event)) == 6
+
+
 def test_a_token_revoked_elsewhere_is_refused_at_once(app, producer, receiver, elsewhere):
     producer.subscribe(receiver.url + "/ok")
     fresh_request(producer)
