@@ -7,9 +7,9 @@ change moves one number, the routing generation, when it commits (migration b4e8
 returns the generation with its rows; a request answered from what was kept writes with
 `WHERE EXISTS (... generation = <the kept one>)`, and when that stores nothing the routing has changed:
 the request runs again on a fresh read (ingest.ingest_many). A request that writes nothing (duplicates)
-is read afresh too. So a revoked token, a new subscription or
-a new version takes effect for the next write exactly as it did when every request read, and a refusal
-(401, a schema the data fails) is never given from what was kept: it is read again first.
+is read afresh too. So a revoked token, a new subscription or a new version takes effect for the next
+write exactly as it did when every request read, and a refusal (401, a schema the data fails) is never
+given from what was kept: it is read again first.
 
 Only ingest's own autocommit path (ingest_path) keeps anything; elsewhere every request reads.
 """
