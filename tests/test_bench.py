@@ -22,7 +22,7 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "dashboard.cli", "bench", "--events", "20", "--workers", "2", "--replay", "20",
          "--dashboard", "--dashboard-attempts", "200", "--rate-limit", "5", "--ingest-alone", "--prune-rows", "40",
-         "--timeout", "60", "--json"],
+         "--history", "200", "--timeout", "60", "--json"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -32,6 +32,7 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     assert result["accepted"] == 20 and result["received"] == 20 and result["deliveries_recorded"] == 20
     assert result["deliveries_per_s"] > 0
     assert set(result["latency_ms"]) == {"p50", "p95", "p99", "max"}
+    assert result["history"]["settled"] == 200  # another team's: never counted, never POSTed by the raw loop
     # The raw loop POSTs every event the run's team published: both phases' here (--ingest-alone).
     assert result["raw"]["requests"] == 40 and result["raw"]["failed"] == 0 and result["raw"]["per_s"] > 0
     assert result["ratio"] > 0
@@ -80,16 +81,18 @@ def test_it_benchmarks_on_postgresql_and_leaves_the_database_as_it_found_it(tmp_
         env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url, PROMESA_INSTANCE_PATH=str(tmp_path))
         done = subprocess.run(
             [sys.executable, "-m", "dashboard.cli", "bench", "--events", "30", "--workers", "1", "--batch", "10",
-             "--no-raw", "--timeout", "60", "--json"],
+             "--no-raw", "--history", "500", "--timeout", "60", "--json"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, done.stderr[-3000:]
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert result["database"] == "postgresql" and result["redis"] == "redis"
         assert result["complete"] is True and result["deliveries_recorded"] == 30
+        assert result["history"]["settled"] == 500
 
         engine = sa.create_engine(database_url)
-        with engine.connect() as conn:  # the run's team and rows are gone, and its dead rows vacuumed
+        with engine.connect() as conn:  # the run's teams (the history's too) and rows are gone, dead rows vacuumed
             assert conn.execute(sa.text("SELECT count(*) FROM deliveries")).scalar() == 0
+            assert conn.execute(sa.text("SELECT count(*) FROM events")).scalar() == 0
             assert conn.execute(sa.text("SELECT count(*) FROM teams")).scalar() == 0
             vacuumed = conn.execute(sa.text(
                 "SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'deliveries'")).scalar()
