@@ -462,12 +462,9 @@ class Run:
                     raise click.ClickException(f"could not subscribe: {resp.get_json()}")
                 self.throttled_ids.append(resp.get_json()["id"])
             db.session.remove()
-            if self.database == "postgresql":
-                # As autovacuum would within a minute of a thousand new subscriptions: fresh statistics, and
-                # every plan made again with them. The routing read's plan, made when the table held a few
-                # rows, scanned all of them (3 - 6 ms a read at 1,111 subscriptions) instead of the index.
-                with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                    conn.exec_driver_sql("ANALYZE teams, api_tokens, subscriptions, event_types")
+        # As autovacuum would within a minute of a thousand new subscriptions. The routing read's plan, made
+        # when the table held a few rows, scanned all of them (over 3 ms a read at 1,111) instead of the index.
+        self.analyze("teams", "api_tokens", "subscriptions", "event_types")
 
     # measuring -------------------------------------------------------------------------------
     def succeeded(self, subscription_ids, since: dt.datetime | None = None) -> int:
@@ -576,6 +573,17 @@ class Run:
                 conn.exec_driver_sql("VACUUM (ANALYZE) events, deliveries, attempts, outcome_counts, outcome_hours, "
                                      "audit_entries")
             db.engine.dispose()
+
+    def analyze(self, *tables: str) -> None:
+        """On PostgreSQL, fresh statistics for these tables, and with them every plan made again (a plan
+        made while a table was nearly empty is otherwise kept as it grows)."""
+        if self.database != "postgresql":
+            return
+        from .extensions import db
+
+        with self.app.app_context():
+            with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.exec_driver_sql(f"ANALYZE {', '.join(tables)}")
 
     def _delete_team_rows(self):
         from .extensions import db

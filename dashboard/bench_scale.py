@@ -100,20 +100,6 @@ def settle(engine) -> None:
             click.echo(f"could not CHECKPOINT ({type(exc).__name__}); the history phase may run during one", err=True)
 
 
-def analyze(run: Run) -> None:
-    """Statistics for the tables as they now are, as autovacuum keeps them while a table grows (it analyzes
-    after every tenth of growth): without it, plans made at the warm-up's few hundred rows were kept while
-    the "empty" runs grew the tables twentyfold."""
-    if run.database != "postgresql":
-        return
-    from .extensions import db
-
-    with run.app.app_context():
-        with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql("ANALYZE events, deliveries, attempts")
-        db.engine.dispose()
-
-
 def _pages_of(run: Run, subscription_id: str) -> dict[str, str]:
     """The dashboard pages of one subscription, its second page starting halfway down its deliveries."""
     from sqlalchemy import func, select
@@ -241,7 +227,7 @@ def median_run(run: Run, events: int, publishers: int, timeout: float, batch: in
     says little here: after the 10,000,000-row seed, three runs in a row went 174, 198, 248 deliveries/s."""
     results = []
     for _ in range(HISTORY_RUNS):
-        analyze(run)
+        run.analyze("events", "deliveries", "attempts")  # as autovacuum keeps a growing table (a tenth of growth)
         results.append(run_pipeline(run, events, publishers, None, timeout, False, batch))
     rates = [r["deliveries_per_s"] or 0.0 for r in results]
     return sorted(results, key=lambda r: r["deliveries_per_s"] or 0.0)[len(results) // 2], rates
