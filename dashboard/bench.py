@@ -47,7 +47,7 @@ from pathlib import Path
 import click
 import psutil
 
-from .bench_cpu import CpuWindow
+from .bench_cpu import CpuWindow, Metronome, drift, drifted
 from .clock import utcnow
 from .webserver import freeze_heap
 
@@ -315,6 +315,7 @@ class Run:
         self.team_ids: list[int] = []
         self.workers_started = False
         self._embedded = None
+        self.metronome = None
 
     # setup ---------------------------------------------------------------------------------
     def __enter__(self):
@@ -333,6 +334,7 @@ class Run:
         from . import create_app, webserver
         from .extensions import db
 
+        self.metronome = Metronome()
         database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{self.tmp / 'promesa.db'}"
         self.database = "postgresql" if database_url.startswith("postgres") else database_url.split(":", 1)[0]
         redis_url = os.environ.get("REDIS_URL")
@@ -522,6 +524,8 @@ class Run:
 
     # teardown --------------------------------------------------------------------------------
     def __exit__(self, *exc):
+        if self.metronome is not None:
+            self.metronome.close()
         for proc in self.children:
             if proc.poll() is None:
                 proc.terminate()
@@ -907,19 +911,56 @@ def time_paths(client, pages: dict[str, str], samples: int) -> dict:
     """p50 / p95 of GETting each page `samples` times with a signed-in test client (server time, no network),
     in a process prepared as a web server's worker is (its heap frozen once the app is loaded), and after
     one unmeasured request of each page (a server's first one compiles the page's templates)."""
+    from .extensions import db
+
     freeze_heap()
     out = {}
-    for name, path in pages.items():
-        client.get(path)
-        times = []
-        for _ in range(samples):
-            began = time.perf_counter()
-            resp = client.get(path)
-            times.append((time.perf_counter() - began) * 1000)
-            if resp.status_code != 200:
-                raise click.ClickException(f"{path} answered {resp.status_code}")
-        out[name] = {"p50_ms": _round(percentile(times, 50)), "p95_ms": _round(percentile(times, 95))}
+    with StatementClock(db.engine) as sql:
+        for name, path in pages.items():
+            client.get(path)
+            times, sql_times = [], []
+            for _ in range(samples):
+                sql.reset()
+                began = time.perf_counter()
+                resp = client.get(path)
+                times.append((time.perf_counter() - began) * 1000)
+                sql_times.append(sql.ms)
+                if resp.status_code != 200:
+                    raise click.ClickException(f"{path} answered {resp.status_code}")
+            out[name] = {"p50_ms": _round(percentile(times, 50)), "p95_ms": _round(percentile(times, 95)),
+                         "sql_p50_ms": _round(percentile(sql_times, 50)), "statements": sql.statements}
     return out
+
+
+class StatementClock:
+    """The time spent in the database driver's execute calls (the statement on the server, and its rows over
+    the wire) since the last `reset`: what of a page's time is the database's, and what is Python's."""
+
+    def __init__(self, engine):
+        self.engine, self.ms, self.statements, self._began = engine, 0.0, 0, 0.0
+
+    def _before(self, *_args):
+        self._began = time.perf_counter()
+
+    def _after(self, *_args):
+        self.ms += (time.perf_counter() - self._began) * 1000
+        self.statements += 1
+
+    def reset(self) -> None:
+        self.ms, self.statements = 0.0, 0
+
+    def __enter__(self):
+        from sqlalchemy import event
+
+        event.listen(self.engine, "before_cursor_execute", self._before)
+        event.listen(self.engine, "after_cursor_execute", self._after)
+        return self
+
+    def __exit__(self, *exc):
+        from sqlalchemy import event
+
+        event.remove(self.engine, "before_cursor_execute", self._before)
+        event.remove(self.engine, "after_cursor_execute", self._after)
 
 
 def time_pages(run: Run, pages, samples: int) -> dict:
@@ -1050,6 +1091,7 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
             pruning = None
         config = run.app.config
     ingest = (alone or result)["ingest_events_per_s"]
+    ingest_cpu = (alone or result)["cpu"].get("ingest", (alone or result)["cpu"])  # a --preload phase has two windows
     out = {
         "started_at": started.isoformat(timespec="seconds"), "database": run.database, "redis": run.redis_kind,
         "workers": workers, "web_workers": web_workers, "publishers": publishers, "rate": rate, "batch": batch,
@@ -1065,6 +1107,11 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                                                "ingest alone": alone and alone["cpu"]["ingest"]}),
         "end_to_end_over_ingest_alone": round(result["deliveries_per_s"] / alone["ingest_events_per_s"], 3)
         if alone and alone["ingest_events_per_s"] and result["deliveries_per_s"] else None,
+        # Each ratio's second phase's machine speed over its first's (the metronome's cost; 1.0: the same).
+        "machine_drift": {
+            "ingest_ratio": drift(baseline and baseline["cpu"], ingest_cpu),
+            "end_to_end_over_ingest_alone": drift(alone and alone["cpu"]["ingest"], alone and result["cpu"]),
+        },
         "ratio": round(result["deliveries_per_s"] / raw["per_s"], 3)
         if raw and raw["per_s"] and result["deliveries_per_s"] else None,
     }
@@ -1092,6 +1139,10 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                    f"({both_cpu['busy_share']:.0%} busy)")
         for name, phase in (("ingest alone", ingest_cpu), ("delivery alone", delivery_cpu), ("end to end", both_cpu)):
             click.echo(f"  {name}, by process: {_by_process(phase)}")
+        phases = (("ingest baseline", baseline and baseline["cpu"]), ("ingest alone", ingest_cpu),
+                  ("end to end", both_cpu))
+        click.echo("the metronome's CPU for the same loop, ms (the machine's speed; lower is faster): "
+                   + ", ".join(f"{name} {phase['metronome_ms']}" for name, phase in phases if phase))
     if slow:
         click.echo(f"slow endpoints: {slow}, requests they received: {out['slow_requests']}")
     if out["throttled"]:
@@ -1123,6 +1174,11 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
                    f"({pruning['pruned_during']} pruned meanwhile; {pruning['pruned_per_s']} pruned/s over "
                    f"{pruning['prune_seconds']} s, {pruning['left']} left when it was "
                    f"{'stopped' if pruning['left'] else 'done'})")
+    for ratio, speed in out["machine_drift"].items():
+        if drifted(speed):
+            click.echo(f"NOTE: the machine ran {abs(speed - 1):.0%} {'slower' if speed > 1 else 'faster'} in the second "
+                       f"phase of {ratio} than in its first (the metronome's CPU for the same loop): that ratio "
+                       "says more about the machine than about Promesa: run again", err=True)
     for phase in out["underused_phases"]:
         click.echo(f"NOTE: the cores were idle for more than {1 - BUSY_ENOUGH:.0%} of {phase}: it ran below the "
                    "machine's speed (its keep-alive connections most likely went unevenly to the web processes); "

@@ -27,7 +27,8 @@ import click
 from .bench import Run, _round, dashboard_pages, run_pipeline, time_pages
 
 SUBSCRIPTION_COUNTS = (1, 10, 100, 1000)
-PAGE_SAMPLES = 30
+# Requests per page: p95 of 30 was the second-slowest request, and one slow request moved it by half.
+PAGE_SAMPLES = 100
 
 
 # -- seeding ------------------------------------------------------------------------------------
@@ -114,6 +115,13 @@ def _pages_of(run: Run, subscription_id: str) -> dict[str, str]:
         newest = db.session.scalar(ids.order_by(Delivery.id.desc()).limit(1))
         db.session.remove()
     return dashboard_pages(subscription_id, middle, newest)
+
+
+def _timed_pages(run: Run, subscription_id: str) -> tuple[dict, float | None]:
+    """The pages' timings, and the metronome's median while they were timed."""
+    began = time.monotonic()
+    pages = time_pages(run, _pages_of(run, subscription_id), PAGE_SAMPLES)
+    return pages, run.metronome.median_ms(began, time.monotonic()) if run.metronome else None
 
 
 def _worst_p95(pages: dict) -> float:
@@ -247,16 +255,19 @@ def run_scale(run: Run, events: int, publishers: int, timeout: float, batch: int
             settle(db.engine)
             db.engine.dispose()
     empty, empty_runs = median_run(run, events, publishers, timeout, batch)
-    empty_pages = time_pages(run, _pages_of(run, subscription_id), PAGE_SAMPLES)
+    empty_pages, empty_speed = _timed_pages(run, subscription_id)
     log(f"before the history: {empty_runs} deliveries/s, dashboard p95 <= {_worst_p95(empty_pages)} ms")
     seeded = seed(run, "settled", subscription_id, settled, 1, "succeeded")
     log(f"seeded {settled} settled deliveries in {seeded:.0f} s")
     full, full_runs = median_run(run, events, publishers, timeout, batch)
-    full_pages = time_pages(run, _pages_of(run, subscription_id), PAGE_SAMPLES)
+    full_pages, full_speed = _timed_pages(run, subscription_id)
     log(f"with the history: {full_runs} deliveries/s, dashboard p95 <= {_worst_p95(full_pages)} ms")
     history = {"settled": settled, "seed_seconds": round(seeded, 1), "empty": _phase(empty), "full": _phase(full),
                "empty_runs": empty_runs, "full_runs": full_runs,
                "empty_pages": empty_pages, "full_pages": full_pages,
+               # the machine's speed while each set of pages was timed (see bench_cpu.Metronome)
+               "pages_metronome_ms": {"empty": empty_speed, "full": full_speed},
+               "pages_machine_drift": round(full_speed / empty_speed, 3) if empty_speed and full_speed else None,
                "throughput_vs_empty": round(full["deliveries_per_s"] / empty["deliveries_per_s"], 3)
                if empty["deliveries_per_s"] and full["deliveries_per_s"] else None,
                "worst_p95_vs_empty": round(_worst_p95(full_pages) / _worst_p95(empty_pages), 3)}
@@ -287,8 +298,14 @@ def print_scale(out: dict) -> None:
     click.echo(f"  {'deliveries/s':<20} {h['empty']['deliveries_per_s']:>8}  {h['full']['deliveries_per_s']:>9}"
                f"   ratio {h['throughput_vs_empty']} (medians of {h['empty_runs']} and {h['full_runs']})")
     for name, before in h["empty_pages"].items():
-        click.echo(f"  {name + ' p95 ms':<20} {before['p95_ms']:>8}  {h['full_pages'][name]['p95_ms']:>9}")
+        after = h["full_pages"][name]
+        click.echo(f"  {name + ' p95 ms':<20} {before['p95_ms']:>8}  {after['p95_ms']:>9}   (p50 {before['p50_ms']} and "
+                   f"{after['p50_ms']}, of which the database {before['sql_p50_ms']} and {after['sql_p50_ms']}; "
+                   f"{after['statements']} statements)")
     click.echo(f"  worst dashboard p95 ratio {h['worst_p95_vs_empty']}")
+    speed = h["pages_metronome_ms"]
+    click.echo(f"  the metronome while the pages were timed: {speed['empty']} and {speed['full']} ms "
+               f"(the machine {h['pages_machine_drift']}x as slow the second time)")
     sweeper = out["sweeper"]
     if sweeper:
         for name in ("lost_pass", "steady_pass"):

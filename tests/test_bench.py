@@ -62,6 +62,17 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     assert "workers" not in ingest_cpu["ms_per_unit_by_process"]
     assert "workers" in delivery_cpu["ms_per_unit_by_process"] and "workers" in result["cpu"]["ms_per_unit_by_process"]
     assert isinstance(result["underused_phases"], list)  # (20 events: too short to say)
+    # The machine's speed in each phase (the metronome's CPU for its loop), and each ratio's drift.
+    for phase in (ingest_cpu, result["cpu"], result["ingest_baseline"]["cpu"]):
+        assert phase["metronome_ms"] > 0 and "metronome" in phase["ms_per_unit_by_process"]
+    assert result["machine_drift"]["end_to_end_over_ingest_alone"] == round(
+        result["cpu"]["metronome_ms"] / ingest_cpu["metronome_ms"], 3)
+    assert result["machine_drift"]["ingest_ratio"] == round(
+        ingest_cpu["metronome_ms"] / result["ingest_baseline"]["cpu"]["metronome_ms"], 3)
+    assert "the metronome's CPU for the same loop" in done.stdout
+    # Each page's time, and what of it the database took.
+    delivery_page = result["dashboard"]["pages"]["delivery"]
+    assert delivery_page["statements"] > 0 and 0 < delivery_page["sql_p50_ms"] < delivery_page["p50_ms"]
     assert "end to end, by process:" in done.stdout and "the baseline's CPU of the whole machine" in done.stdout
     # Delivery during a prune: every seeded row is pruned by the end, deliveries complete either way.
     prune = result["prune"]

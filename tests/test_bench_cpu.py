@@ -7,7 +7,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from dashboard.bench_cpu import CpuWindow
+from dashboard.bench_cpu import CpuWindow, Metronome, drift, drifted
 
 BURN = """
 import sys, time
@@ -64,3 +64,34 @@ def test_a_publishing_phase_that_left_the_cores_idle_is_named():
     idle = {"ms_per_unit": 1.7, "busy_share": 0.71, "ms_per_unit_by_process": {}}
     assert underused_phases({"ingest baseline": idle, "ingest alone": busy}) == ["ingest baseline"]
     assert underused_phases({"ingest baseline": busy, "ingest alone": None}) == []  # not measured
+
+
+def test_the_metronome_reports_the_cpu_of_its_loop_in_each_window():
+    small, large = Metronome(loop=5_000, period=0.02), Metronome(loop=40_000, period=0.02)
+    try:
+        began = time.monotonic()
+        while min(len(small.ticks), len(large.ticks)) < 15:
+            time.sleep(0.02)
+        ended = time.monotonic()
+    finally:
+        small.close()
+        large.close()
+    # Eight times the loop costs several times the CPU (its own process's CPU: not the wall clock).
+    assert large.median_ms(began, ended) > 3 * small.median_ms(began, ended) > 0
+    assert small.median_ms(ended + 60, ended + 120) is None  # no tick in that window
+
+
+def test_a_window_takes_the_median_of_its_own_ticks_only():
+    metronome = Metronome.__new__(Metronome)  # the ticks alone, without a process
+    metronome.ticks, metronome.period = [(1.0, 9.0), (2.0, 2.0), (3.0, 3.0), (4.0, 4.0), (5.0, 50.0)], 0.1
+    assert metronome.median_ms(1.5, 4.5) == 3.0
+    assert metronome.median_ms(2.0, 2.0) == 2.0  # a tick at an edge is in
+    assert metronome.median_ms(3.1, 3.2) == 3.0  # a window shorter than a period: the tick just before it
+    assert metronome.median_ms(3.3, 3.5) is None  # none within a period and a half
+
+
+def test_two_phases_at_different_machine_speeds_are_flagged():
+    assert drift({"metronome_ms": 2.0}, {"metronome_ms": 2.6}) == 1.3 and drifted(1.3)
+    assert drift({"metronome_ms": 2.0}, {"metronome_ms": 1.9}) == 0.95 and not drifted(0.95)
+    assert drift(None, {"metronome_ms": 2.0}) is None and not drifted(None)  # a phase not measured
+    assert drift({"metronome_ms": None}, {"metronome_ms": 2.0}) is None
