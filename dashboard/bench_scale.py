@@ -227,16 +227,18 @@ def _phase(result: dict) -> dict:
 
 
 # -- the whole --scale run ------------------------------------------------------------------------
-HISTORY_RUNS = 5
+RUNS_PER_PHASE = 5
 
 
-def median_run(run: Run, events: int, publishers: int, timeout: float, batch: int) -> tuple[dict, list[float]]:
-    """The pipeline HISTORY_RUNS times: the run of median throughput, and every run's deliveries/s. One run
-    says little here: after the 10,000,000-row seed, three runs in a row went 174, 198, 248 deliveries/s."""
+def median_run(run: Run, events: int, publishers: int, timeout: float, batch: int,
+               typed: bool = False) -> tuple[dict, list[float]]:
+    """The pipeline RUNS_PER_PHASE times: the run of median throughput, and every run's deliveries/s. One run
+    says little here: after the 10,000,000-row seed, three runs in a row went 174, 198, 248 deliveries/s, and
+    one run each of 1, 10, 100 and 1,000 subscriptions put 10 at 0.78 of one and 1,000 at 0.885."""
     results = []
-    for _ in range(HISTORY_RUNS):
+    for _ in range(RUNS_PER_PHASE):
         run.analyze("events", "deliveries", "attempts")  # as autovacuum keeps a growing table (a tenth of growth)
-        results.append(run_pipeline(run, events, publishers, None, timeout, False, batch))
+        results.append(run_pipeline(run, events, publishers, None, timeout, False, batch, typed=typed))
     rates = [r["deliveries_per_s"] or 0.0 for r in results]
     return sorted(results, key=lambda r: r["deliveries_per_s"] or 0.0)[len(results) // 2], rates
 def run_scale(run: Run, events: int, publishers: int, timeout: float, batch: int, settled: int, due: int,
@@ -274,9 +276,9 @@ def run_scale(run: Run, events: int, publishers: int, timeout: float, batch: int
     by_subscriptions = []
     for count in SUBSCRIPTION_COUNTS:
         run.make_team(count, 0, typed=True)
-        result = run_pipeline(run, events, publishers, None, timeout, False, batch, typed=True)
-        by_subscriptions.append({"subscriptions": count, **_phase(result)})
-        log(f"{count} subscriptions: {result['deliveries_per_s']} deliveries/s")
+        result, rates = median_run(run, events, publishers, timeout, batch, typed=True)
+        by_subscriptions.append({"subscriptions": count, **_phase(result), "runs": rates})
+        log(f"{count} subscriptions: {rates} deliveries/s")
     first = by_subscriptions[0]["deliveries_per_s"]
     for row in by_subscriptions:
         row["vs_one"] = round(row["deliveries_per_s"] / first, 3) if first and row["deliveries_per_s"] else None
@@ -287,7 +289,8 @@ def run_scale(run: Run, events: int, publishers: int, timeout: float, batch: int
 
 
 def print_scale(out: dict) -> None:
-    click.echo(f"each event to one of N subscriptions ({out['events']} events, batch {out['batch']}):")
+    click.echo(f"each event to one of N subscriptions ({out['events']} events, batch {out['batch']}; "
+               f"the run of median throughput of {RUNS_PER_PHASE} each):")
     click.echo("  subscriptions  deliveries/s  vs 1   ingest/s  p99 ms")
     for row in out["by_subscriptions"]:
         click.echo(f"  {row['subscriptions']:>13}  {row['deliveries_per_s']:>12}  {row['vs_one']:<5}  "

@@ -114,6 +114,37 @@ def test_it_benchmarks_on_postgresql_and_leaves_the_database_as_it_found_it(tmp_
         assert vacuumed and analyzed
 
 
+@pytest.mark.slow
+def test_the_scale_run_measures_every_phase_as_the_median_of_its_runs(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["PROMESA_INSTANCE_PATH"] = str(tmp_path)
+    plot = tmp_path / "scale.svg"
+    done = subprocess.run(
+        [sys.executable, "-m", "dashboard.cli", "bench", "--scale", "--events", "10", "--scale-settled", "50",
+         "--scale-due", "10", "--history", "0", "--plot", str(plot), "--timeout", "60", "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    from dashboard.bench_scale import RUNS_PER_PHASE
+
+    rows = result["by_subscriptions"]
+    assert [row["subscriptions"] for row in rows] == [1, 10, 100, 1000]
+    for row in rows:  # the figure is the run of median throughput among the phase's runs
+        assert row["complete"] and len(row["runs"]) == RUNS_PER_PHASE
+        assert row["deliveries_per_s"] == sorted(row["runs"])[RUNS_PER_PHASE // 2]
+        assert row["vs_one"] == round(row["deliveries_per_s"] / rows[0]["deliveries_per_s"], 3)
+    history = result["history"]
+    assert history["settled"] == 50 and history["full"]["complete"]
+    assert len(history["empty_runs"]) == len(history["full_runs"]) == RUNS_PER_PHASE
+    for pages in (history["empty_pages"], history["full_pages"]):
+        assert set(pages) == {"index", "subscription", "subscription_dead", "subscription_page_2", "delivery"}
+        assert all(page["statements"] > 0 and 0 < page["sql_p50_ms"] < page["p50_ms"] for page in pages.values())
+    speed = history["pages_metronome_ms"]
+    assert history["pages_machine_drift"] == round(speed["full"] / speed["empty"], 3)
+    assert result["sweeper"]["lost_pass"]["re_enqueued"] == 10 and result["sweeper"]["steady_pass"]["re_enqueued"] == 0
+    assert plot.read_text().startswith("<svg")
+
+
 def test_the_scale_plot_is_svg_with_every_figure():
     import xml.etree.ElementTree as ET
 
