@@ -735,9 +735,11 @@ def run_raw(run: Run) -> dict:
     bodies = run.bodies()
     jobs = [(f"{run.receiver_url}/ok/{n}", event_id, body)
             for n in range(len(run.healthy_ids)) for event_id, body in bodies]
+    began = time.monotonic()
     raw = raw_baseline(jobs, run.workers, run.in_flight)
     return {"requests": raw["requests"], "failed": raw["failed"], "seconds": round(raw["seconds"], 3),
-            "per_s": round(raw["per_s"], 1), "processes": run.workers, "in_flight_per_process": run.in_flight}
+            "per_s": round(raw["per_s"], 1), "processes": run.workers, "in_flight_per_process": run.in_flight,
+            "metronome_ms": run.metronome.median_ms(began, time.monotonic()) if run.metronome else None}
 
 
 def _seed(run: Run, tag: str, subscription_ids: list[str], deliveries: int, attempts_each: int,
@@ -1111,6 +1113,7 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
         "machine_drift": {
             "ingest_ratio": drift(baseline and baseline["cpu"], ingest_cpu),
             "end_to_end_over_ingest_alone": drift(alone and alone["cpu"]["ingest"], alone and result["cpu"]),
+            "ratio": drift(result["cpu"].get("delivery", result["cpu"]), raw),  # the pipeline's phase, then the raw loop
         },
         "ratio": round(result["deliveries_per_s"] / raw["per_s"], 3)
         if raw and raw["per_s"] and result["deliveries_per_s"] else None,

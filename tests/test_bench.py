@@ -70,6 +70,8 @@ def test_it_benchmarks_the_pipeline_and_the_raw_baseline(tmp_path):
     assert result["machine_drift"]["ingest_ratio"] == round(
         ingest_cpu["metronome_ms"] / result["ingest_baseline"]["cpu"]["metronome_ms"], 3)
     assert "the metronome's CPU for the same loop" in done.stdout
+    assert result["raw"]["metronome_ms"] > 0
+    assert result["machine_drift"]["ratio"] == round(result["raw"]["metronome_ms"] / result["cpu"]["metronome_ms"], 3)
     # Each page's time, and what of it the database took.
     delivery_page = result["dashboard"]["pages"]["delivery"]
     assert delivery_page["statements"] > 0 and 0 < delivery_page["sql_p50_ms"] < delivery_page["p50_ms"]
