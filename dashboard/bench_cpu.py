@@ -116,6 +116,12 @@ class Metronome:
         self._reader.join(5)
 
 
+def machine_speed_since(run, began: float) -> float | None:
+    """The run's metronome's median from `began` (a `time.monotonic()` reading) until now, if it has one."""
+    metronome = getattr(run, "metronome", None)
+    return metronome.median_ms(began, time.monotonic()) if metronome else None
+
+
 def drift(before: dict | None, after: dict | None) -> float | None:
     """How much slower (above 1) or faster the machine ran in phase `after` than in `before` (their CPU
     windows' metronomes)."""

@@ -25,6 +25,7 @@ import time
 import click
 
 from .bench import Run, _round, dashboard_pages, run_pipeline, time_pages
+from .bench_cpu import drift, machine_speed_since
 
 SUBSCRIPTION_COUNTS = (1, 10, 100, 1000)
 # Requests per page: p95 of 30 was the second-slowest request, and one slow request moved it by half.
@@ -121,7 +122,7 @@ def _timed_pages(run: Run, subscription_id: str) -> tuple[dict, float | None]:
     """The pages' timings, and the metronome's median while they were timed."""
     began = time.monotonic()
     pages = time_pages(run, _pages_of(run, subscription_id), PAGE_SAMPLES)
-    return pages, run.metronome.median_ms(began, time.monotonic()) if run.metronome else None
+    return pages, machine_speed_since(run, began)
 
 
 def _worst_p95(pages: dict) -> float:
@@ -269,7 +270,7 @@ def run_scale(run: Run, events: int, publishers: int, timeout: float, batch: int
                "empty_pages": empty_pages, "full_pages": full_pages,
                # the machine's speed while each set of pages was timed (see bench_cpu.Metronome)
                "pages_metronome_ms": {"empty": empty_speed, "full": full_speed},
-               "pages_machine_drift": round(full_speed / empty_speed, 3) if empty_speed and full_speed else None,
+               "pages_machine_drift": drift({"metronome_ms": empty_speed}, {"metronome_ms": full_speed}),
                "throughput_vs_empty": round(full["deliveries_per_s"] / empty["deliveries_per_s"], 3)
                if empty["deliveries_per_s"] and full["deliveries_per_s"] else None,
                "worst_p95_vs_empty": round(_worst_p95(full_pages) / _worst_p95(empty_pages), 3)}
