@@ -2,19 +2,25 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 NODE_STAMP := node_modules/.installed-stamp
 # Two pytest processes: this suite waits on sockets and subprocesses far more than on CPU.
 PYTEST_WORKERS ?= 2
 
-.PHONY: install browser run test screenshots clean
+.PHONY: install install-run browser run test screenshots clean
 
-# One pip run: the service's promesa-receiver dependency is met by the SDK in sdk/, never by an index.
-$(STAMP): pyproject.toml sdk/pyproject.toml
+# The service alone: its promesa-receiver dependency is met by the SDK in sdk/, never by an index.
+$(RUN_STAMP): pyproject.toml sdk/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ./sdk -e '.[test]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ./sdk -e .
+	touch $(RUN_STAMP)
+
+# The tests add their tools, the bench's extra and the producer client they exercise.
+$(TEST_STAMP): $(RUN_STAMP) sdk/producer/pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ./sdk -e ./sdk/producer -e '.[test,bench]'
+	touch $(TEST_STAMP)
 
 # Node is only for the tests that run the published TypeScript verification snippet.
 $(NODE_STAMP): package.json package-lock.json
@@ -24,18 +30,21 @@ $(NODE_STAMP): package.json package-lock.json
 		echo "npm not found: the TypeScript snippet tests will be skipped"; \
 	fi
 
-install: $(STAMP) $(NODE_STAMP)
+install-run: $(RUN_STAMP)
+
+install: $(TEST_STAMP) $(NODE_STAMP)
 
 # The browser tests drive Debian's Chromium (a test tool's own browser download cannot work everywhere).
+# apt waits up to five minutes for a dpkg lock another apt run holds, instead of failing at once.
 browser:
 	@if command -v chromium >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+		apt-get -o DPkg::Lock::Timeout=300 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends chromium; \
 	else \
 		echo "chromium not found: install it (Debian: apt-get install chromium) or the browser tests skip"; \
 	fi
 
-run: install
+run: install-run
 	$(BIN)/promesa up
 
 test: install

@@ -1,24 +1,32 @@
-"""The application factory: configuration, extensions, blueprints."""
+"""The application factory: configuration, extensions, and each area's `init_app`."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from sqlalchemy import event
 
-from . import config as config_module
-from . import websecurity
-from .clock import SystemClock
-from .extensions import csrf, db, login_manager, migrate
-from .outages import ReconnectingFlask, drop_dead_connections, note_commits
+from dashboard.core import config as config_module
+from dashboard.core.clock import SystemClock
+from dashboard.core.extensions import csrf, db, migrate
+from dashboard.core.outages import (
+    ReconnectingFlask,
+    drop_dead_connections,
+    note_commits,
+)
+from dashboard.ingest import autocommit
+from dashboard.web import api, auth, health, metrics, pages, security
 
 ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger(__name__)
 
 
 def create_app(test_config: dict | None = None) -> ReconnectingFlask:
+    # The current directory's instance/ (`make run` in the checkout), never beside an installed package.
     instance_path = (test_config or {}).get("INSTANCE_PATH") or os.environ.get("PROMESA_INSTANCE_PATH") \
-        or str(ROOT / "instance")
+        or str(Path.cwd() / "instance")
     app = ReconnectingFlask(__name__, instance_path=instance_path, template_folder=str(ROOT / "templates"),
                 static_folder=str(ROOT / "static"))
     app.config.update(config_module.DEFAULTS)
@@ -27,6 +35,12 @@ def create_app(test_config: dict | None = None) -> ReconnectingFlask:
     app.config["CLOCK"] = SystemClock()
     if test_config:
         app.config.update(test_config)
+    # Notification links need the dashboard's public address; without it they point at the default.
+    app.config["PROMESA_BASE_URL_SET"] = bool(os.environ.get("PROMESA_BASE_URL")) \
+        or "PROMESA_BASE_URL" in (test_config or {})
+    if not app.config["PROMESA_BASE_URL_SET"]:
+        log.warning("PROMESA_BASE_URL is not set: links in notifications point at %s and will not work "
+                    "for the people who receive them", app.config["PROMESA_BASE_URL"])
     app.config["SQLALCHEMY_DATABASE_URI"] = config_module.normalize_database_url(app.config["SQLALCHEMY_DATABASE_URI"])
     if app.config.get("MAX_CONTENT_LENGTH") is None:
         app.config["MAX_CONTENT_LENGTH"] = app.config["PROMESA_MAX_BODY_BYTES"]
@@ -41,24 +55,15 @@ def create_app(test_config: dict | None = None) -> ReconnectingFlask:
             drop_dead_connections(db.engine)
             note_commits(db.engine)
     migrate.init_app(app, db, directory=str(ROOT / "migrations"))
-    login_manager.init_app(app)
-    login_manager.login_view = "auth.login"
     csrf.init_app(app)
-    websecurity.init_app(app)
-
-    from .api import bp as api_bp
-    from .auth import bp as auth_bp
-    from .metrics import bp as metrics_bp
-    from .pages import bp as pages_bp
-
-    app.register_blueprint(api_bp)
-    csrf.exempt(api_bp)  # the API authenticates with bearer tokens, not cookies
-    app.register_blueprint(auth_bp)
-    app.register_blueprint(pages_bp)
-    app.register_blueprint(metrics_bp)
-    from . import ingest_path
-
-    ingest_path.init_app(app)
+    # Each area wires itself here, and only here.
+    security.init_app(app)
+    auth.init_app(app)
+    api.init_app(app)
+    pages.init_app(app)
+    metrics.init_app(app)
+    health.init_app(app)
+    autocommit.init_app(app)
     return app
 
 

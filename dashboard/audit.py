@@ -11,8 +11,8 @@ import datetime as dt
 
 from flask import current_app, g, has_request_context, request
 
-from .extensions import db
-from .models import AuditEntry
+from dashboard.core.extensions import db
+from dashboard.models import AuditEntry
 
 SYSTEM = ("system", "system")
 

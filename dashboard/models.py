@@ -1,6 +1,6 @@
 """The database is the source of truth: every event, delivery and attempt lives here.
 
-Redis only ever holds ids of work to do (see `dashboard.queue`).
+Redis only ever holds ids of work to do (see `dashboard.queue.work`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from .access import ROLES
-from .clock import utcnow
-from .extensions import db
-from .ids import new_id
+from dashboard.core.clock import utcnow
+from dashboard.core.extensions import db
+from dashboard.core.ids import new_id
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a BIGINT.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -44,8 +43,10 @@ class DeliveryState:
     HELD = "held"
     # The subscription was deleted while the delivery waited: nothing more is attempted.
     CANCELLED = "cancelled"
+    # A dead letter an operator gave up on for good: never sent again, still readable.
+    DISCARDED = "discarded"
 
-    ALL = (PENDING, SCHEDULED, SUCCEEDED, DEAD, HELD, CANCELLED)
+    ALL = (PENDING, SCHEDULED, SUCCEEDED, DEAD, HELD, CANCELLED, DISCARDED)
     # Not finished yet: what deleting a subscription cancels.
     WAITING = (PENDING, SCHEDULED, HELD)
     # States a worker may pick up once next_attempt_at has come.
@@ -74,10 +75,26 @@ class Team(db.Model):
     subscriptions: Mapped[list[Subscription]] = relationship(back_populates="team")
 
 
+class TeamQuota(db.Model):
+    """An admin's override of one quota for one team (dashboard.ingest.quotas names them and their defaults)."""
+
+    __tablename__ = "team_quotas"
+
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    updated_by: Mapped[str] = mapped_column(String(254))
+
+
+# The dashboard's roles; what each may do is decided in dashboard.accounts.access.
+ROLES = ("admin", "operator", "oncall", "owner", "member")
+
+
 class User(UserMixin, db.Model):
     __tablename__ = "users"
 
-    ROLES = ROLES  # what each may do: dashboard.access
+    ROLES = ROLES
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     email: Mapped[str] = mapped_column(String(254), unique=True)
@@ -122,10 +139,18 @@ class ApiToken(db.Model):
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     display_prefix: Mapped[str] = mapped_column(String(16))
+    # What it is for ("billing producer"), who made it, and when it stops working (None: never).
+    name: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    created_by: Mapped[str | None] = mapped_column(String(254))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
 
     team: Mapped[Team] = relationship()
+    use: Mapped[ApiTokenUse | None] = relationship(viewonly=True)
+
+    def expired(self, now: dt.datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
 
     @staticmethod
     def digest(token: str) -> str:
@@ -135,6 +160,30 @@ class ApiToken(db.Model):
     def issue(cls, team: Team) -> tuple[ApiToken, str]:
         token = cls.PREFIX + secrets.token_urlsafe(32)
         return cls(team=team, token_sha256=cls.digest(token), display_prefix=token[:cls.DISPLAY_LENGTH]), token
+
+
+class ApiTokenUse(db.Model):
+    """When a token was last used, at most once a minute. Apart from api_tokens, a routing table: a write
+    there moves the routing generation and empties every process's kept routing (ingest.routing_cache)."""
+
+    __tablename__ = "api_token_uses"
+
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id"), primary_key=True)
+    last_used_at: Mapped[dt.datetime] = mapped_column(DateTime)
+
+
+# The retry schedules a subscription may choose (each is a policy in dashboard.delivery.policies).
+RETRY_POLICY_NAMES = ("exponential", "quick-then-sweep")
+
+
+def held_values(state: str, reason: str) -> dict:
+    """The columns that take a subscription out of delivery (paused or disabled), and say why."""
+    return {"state": state, "state_reason": reason}
+
+
+def previous_signs(expires_at: dt.datetime | None, now: dt.datetime) -> bool:
+    """Does a previous secret with this grace end still sign at `now`? (The engine asks per delivery.)"""
+    return expires_at is not None and now < expires_at
 
 
 class Subscription(db.Model):
@@ -151,7 +200,7 @@ class Subscription(db.Model):
     signature_scheme: Mapped[str] = mapped_column(String(32), default="promesa")
     state: Mapped[str] = mapped_column(String(16), default=SubscriptionState.ACTIVE)
     state_reason: Mapped[str | None] = mapped_column(String(500))
-    # Fernet ciphertext of the signing secret (see dashboard.crypto).
+    # Fernet ciphertext of the signing secret (see dashboard.core.crypto).
     secret_ciphertext: Mapped[str] = mapped_column(Text)
     # After a rotation, the secret before it keeps signing too (encrypted) until its grace ends.
     previous_secret_ciphertext: Mapped[str | None] = mapped_column(Text)
@@ -221,6 +270,7 @@ _IS_OWED = text("state IN ('pending', 'scheduled', 'held', 'dead')")  # Delivery
 _DEAD_LETTER_FILTERED = ["subscription_id", "event_key", "last_status_code", "last_error"]
 _REPLAYED = text("replay_id IS NOT NULL")
 _SUCCEEDED = text("state = 'succeeded'")
+_DISCARDED = text("state = 'discarded'")
 
 
 class Delivery(db.Model):
@@ -247,6 +297,8 @@ class Delivery(db.Model):
         # Retention's pruning finds the oldest succeeded rows without reading the rest (the oldest dead
         # ones come from ix_deliveries_dead, which leads with dead_lettered_at).
         Index("ix_deliveries_succeeded", "succeeded_at", postgresql_where=_SUCCEEDED, sqlite_where=_SUCCEEDED),
+        # ... and the oldest discarded ones (they keep the dead_lettered_at of the dead letter they were).
+        Index("ix_deliveries_discarded", "dead_lettered_at", postgresql_where=_DISCARDED, sqlite_where=_DISCARDED),
         # Free room on each page, so a claim (lease columns only) is a heap-only update: no index entries.
         {"postgresql_with": {"fillfactor": 70}},
     )
@@ -270,7 +322,7 @@ class Delivery(db.Model):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     succeeded_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     dead_lettered_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
-    # The bulk replay that last re-sent this delivery (dashboard.replays), if any.
+    # The bulk replay that last re-sent this delivery, or the discard that ended it (dashboard.operations.replays).
     replay_id: Mapped[str | None] = mapped_column(String(40))
 
     event: Mapped[Event] = relationship(back_populates="deliveries")
@@ -292,6 +344,8 @@ class Attempt(db.Model):
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(String(200))
     response_excerpt: Mapped[str | None] = mapped_column(Text)
+    # The answer's headers as "Name: value" lines, at most RESPONSE_HEADERS_BYTES (dashboard.delivery.http).
+    response_headers: Mapped[str | None] = mapped_column(Text)
 
     delivery: Mapped[Delivery] = relationship(back_populates="attempts")
 
@@ -349,15 +403,16 @@ _UNRESOLVED = text("resolved_at IS NULL")
 
 
 class Incident(db.Model):
-    """One cause, one incident: a rule that fired for a subscription (or, for `backlog`, for Promesa
-    itself: subscription_id is null). It opens, may be acknowledged, and resolves by itself once its
-    rule has been false for a whole window (dashboard.incidents)."""
+    """One outage, one incident: a subscription's (or, for `backlog`, Promesa's own: subscription_id is null),
+    whatever the number of rules that fire for it; `rule` is the first, `rules` lists them all. It opens, may be
+    acknowledged, and resolves by itself once every rule has been false for a whole window
+    (dashboard.operations.incidents)."""
 
     __tablename__ = "incidents"
     __table_args__ = (
-        # At most one unresolved incident per subscription and rule, whoever evaluates: no storms.
+        # At most one unresolved incident per subscription, whoever evaluates and whichever rules fire: no storms.
         # coalesce: unique indexes treat NULLs as distinct, and `backlog` has no subscription.
-        Index("uq_incidents_unresolved", text("coalesce(subscription_id, '')"), "rule", unique=True,
+        Index("uq_incidents_unresolved", text("coalesce(subscription_id, '')"), unique=True,
               postgresql_where=_UNRESOLVED, sqlite_where=_UNRESOLVED),
         Index("ix_incidents_opened_at", "opened_at"),
     )
@@ -371,13 +426,20 @@ class Incident(db.Model):
     opened_at: Mapped[dt.datetime] = mapped_column(DateTime)
     acknowledged_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     acknowledged_by: Mapped[str | None] = mapped_column(String(254))
+    acknowledged_note: Mapped[str | None] = mapped_column(String(500))
+    # No notifications about it until then (it still shows, and still resolves by itself).
+    snoozed_until: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    snoozed_by: Mapped[str | None] = mapped_column(String(254))
     resolved_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    resolved_by: Mapped[str | None] = mapped_column(String(254))  # None: resolved by itself
     # When the evidence starts (the first dead letter, failure or waiting delivery), and when the rule
     # was last seen true: it resolves once last_seen_at is a whole window ago.
     first_seen_at: Mapped[dt.datetime] = mapped_column(DateTime)
     last_seen_at: Mapped[dt.datetime] = mapped_column(DateTime)
     # The figures that fired it, as of last_seen_at: {"dead": 7, "window_minutes": 15, "threshold": 5}.
     figures: Mapped[dict] = mapped_column(JSON, default=dict)
+    # Every rule that fired during the outage: {rule: {"figures": {...}, "first_seen_at": iso, "last_seen_at": iso}}.
+    rules: Mapped[dict | None] = mapped_column(JSON)
 
 
 class IncidentRule(db.Model):
@@ -443,6 +505,11 @@ class NotificationSink(db.Model):
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("snk"))
     kind: Mapped[str] = mapped_column(String(16))  # "slack" or "json"
+    name: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    # What it hears: these teams' notifications (None or empty: every team's, and Promesa's own), and these
+    # kinds ("incident.opened", ...; None or empty: every kind).
+    team_ids: Mapped[list | None] = mapped_column(JSON)
+    kinds: Mapped[list | None] = mapped_column(JSON)
     subscription_id: Mapped[str] = mapped_column(ForeignKey("subscriptions.id"), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime)
     created_by: Mapped[str] = mapped_column(String(254))
@@ -451,7 +518,7 @@ class NotificationSink(db.Model):
 
 
 class OutcomeHour(db.Model):
-    """outcome_counts summed per subscription per hour, for hours that are over (dashboard.rollup):
+    """outcome_counts summed per subscription per hour, for hours that are over (dashboard.stats.rollup):
     the overview's 24 h and a subscription's week read a few hundred of these instead of a hundred
     thousand minutes. A row with subscription_id "*" marks an hour as rolled up, busy or not."""
 
@@ -476,12 +543,19 @@ class ReplayState:
     ENDED = (FINISHED, CANCELLED, FAILED)
 
 
+class ReplayKind:
+    REPLAY = "replay"  # re-send the dead letters
+    DISCARD = "discard"  # end them discarded: never sent again
+
+    ALL = (REPLAY, DISCARD)
+
+
 _ACTIVE_REPLAY = text("state IN ('queued', 'running')")
 
 
 class Replay(db.Model):
     """A bulk replay of dead letters: the filter it was asked for, carried out by an RQ job in chunks
-    (dashboard.replays). `done` counts deliveries re-queued so far; `succeeded` and `failed` are the
+    (dashboard.operations.replays). `done` counts deliveries re-queued so far; `succeeded` and `failed` are the
     outcomes the job last saw (the pages count them live from deliveries.replay_id)."""
 
     __tablename__ = "replays"
@@ -492,6 +566,7 @@ class Replay(db.Model):
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("rpl"))
+    kind: Mapped[str] = mapped_column(String(16), default=ReplayKind.REPLAY, server_default=ReplayKind.REPLAY)
     # Who asked, as in the audit log: ("user", email), ("token", prefix) or ("system", "system").
     actor_kind: Mapped[str] = mapped_column(String(10))
     actor: Mapped[str] = mapped_column(String(254))
@@ -510,3 +585,39 @@ class Replay(db.Model):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, index=True)
     started_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+
+
+class CheckState:
+    RUNNING = "running"
+    FINISHED = "finished"
+
+    ALL = (RUNNING, FINISHED)
+
+
+_RUNNING_CHECK = text("state = 'running'")
+
+
+class Check(db.Model):
+    """A receiver check of one subscription's endpoint (dashboard.subscriptions.checks): the rules of
+    promesa_receiver.check, run as an RQ job. Its requests are no deliveries: no Delivery or Attempt
+    row, so no count, chart, incident or dead letter ever sees them."""
+
+    __tablename__ = "checks"
+    __table_args__ = (
+        Index("ix_checks_subscription_started", "subscription_id", "started_at"),
+        # One running check per subscription, whoever clicks: a second one is refused, not queued.
+        Index("uq_checks_running", "subscription_id", unique=True, postgresql_where=_RUNNING_CHECK,
+              sqlite_where=_RUNNING_CHECK),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # chk_…, from promesa_receiver.check
+    subscription_id: Mapped[str] = mapped_column(ForeignKey("subscriptions.id"))
+    state: Mapped[str] = mapped_column(String(16), default=CheckState.RUNNING)
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    # [{"rule", "passed": true | false | null, "detail", "advice"}], in promesa_receiver.check.RULES order.
+    results: Mapped[list | None] = mapped_column(JSON)
+    # Who asked, as in the audit log: an email, a token's display prefix, or "system".
+    requested_by: Mapped[str] = mapped_column(String(254))
+    # Why the job could not judge the endpoint at all (it crashed, or was abandoned), if so.
+    error: Mapped[str | None] = mapped_column(String(500))

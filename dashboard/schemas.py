@@ -13,12 +13,31 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
+from promesa_receiver.check import RULES as CHECK_RULES
 from pydantic.fields import FieldInfo
 
-from .delivery.policies import POLICY_NAMES
-from .models import DeliveryState, ReplayState, SubscriptionState
-from .validation import (ID_PATTERN, MAX_VERSION, TYPE_PATTERN, Body, Must, TypeName, TypePattern, Version,
-                         WholeNumber, keys_matching, text)
+from dashboard.core.validation import (
+    ID_PATTERN,
+    MAX_VERSION,
+    TYPE_PATTERN,
+    Body,
+    Must,
+    ProducerTypeName,
+    TypeName,
+    TypePattern,
+    Version,
+    WholeNumber,
+    keys_matching,
+    text,
+)
+from dashboard.models import (
+    RETRY_POLICY_NAMES,
+    CheckState,
+    DeliveryState,
+    ReplayKind,
+    ReplayState,
+    SubscriptionState,
+)
 
 SIGNATURE_SCHEMES = ("promesa", "standard-webhooks")
 MAX_BATCH = 500
@@ -33,7 +52,7 @@ DELIVERY_ID_PATTERN = r"^[A-Za-z0-9_]{1,40}$"
 # -- requests ------------------------------------------------------------------------------------
 
 class EventInput(Body):
-    type: TypeName
+    type: ProducerTypeName
     version: Annotated[Version | None, Field(description="default: the latest declared version, else 1"),
                        Must(f"a whole number from 1 to {MAX_VERSION}")] = None
     timestamp: Annotated[AwareDatetime | None, Field(description="when it happened (default: when accepted)"),
@@ -55,7 +74,7 @@ class EventBatch(Body):
 
 
 class SubscriptionInput(Body):
-    url: Annotated[str, Field(min_length=1, max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f]+$",
+    url: Annotated[str, Field(min_length=1, max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\ufeff]+$",
                               examples=["https://example.com/hooks"]),
                    Must("an http:// or https:// URL of at most 2048 characters")]
     event_types: Annotated[list[TypePattern], Field(min_length=1, max_length=MAX_EVENT_TYPES,
@@ -69,7 +88,7 @@ class SubscriptionInput(Body):
                           "version"),
         Must(f'an object mapping at most {MAX_EVENT_TYPES} event types to versions from 1 to {MAX_VERSION}, '
              'like {"file.updated": 2}')] = {}
-    retry_policy: Annotated[Literal[POLICY_NAMES], Must(f"one of: {', '.join(POLICY_NAMES)}")] = "exponential"
+    retry_policy: Annotated[Literal[RETRY_POLICY_NAMES], Must(f"one of: {', '.join(RETRY_POLICY_NAMES)}")] = "exponential"
     signature_scheme: Annotated[Literal[SIGNATURE_SCHEMES],
                                 Must(f"one of: {', '.join(SIGNATURE_SCHEMES)}")] = "promesa"
     description: text(500) = ""
@@ -87,6 +106,12 @@ class SubscriptionInput(Body):
                                                description="requests in flight to this endpoint per worker; "
                                                            "null: the installation's default"),
                              WholeNumber, Must(f"a whole number from 1 to {MAX_IN_FLIGHT}, or null")] = None
+    check: Annotated[bool, Field(description="true: run the receiver check on the new endpoint at once (the answer's "
+                                             "check_id names it; GET /checks/{check_id} gives the report). The "
+                                             "receiver cannot know the secret before this answer shows it, so "
+                                             "the signed requests of such an early check are likely refused: "
+                                             "run it again once the receiver holds the secret"),
+                     Must("true or false")] = False
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"url": "https://example.com/hooks", "event_types": ["file.*"]}]})
@@ -96,7 +121,7 @@ def _edit_fields() -> dict:
     """SubscriptionInput's fields but the signature scheme (receivers verify by it), none required."""
     fields = {}
     for name, info in SubscriptionInput.model_fields.items():
-        if name == "signature_scheme":
+        if name in ("signature_scheme", "check"):  # the check is run on request, never edited
             continue
         if info.is_required():
             info = FieldInfo.merge_field_infos(info, default=None)  # given or not; never null when given
@@ -114,6 +139,10 @@ class RotateInput(Body):
                              WholeNumber, Must(f"a whole number from 0 to {MAX_GRACE_SECONDS} (7 days)")] = 86400
 
 
+class PauseInput(Body):
+    reason: text(500, description="why, shown on the subscription's page and kept in the audit log") = ""
+
+
 class ReplayInput(Body):
     delivery_ids: Annotated[list[Annotated[str, Field(pattern=DELIVERY_ID_PATTERN)]] | None,
                             Field(max_length=MAX_REPLAY_IDS,
@@ -122,7 +151,7 @@ class ReplayInput(Body):
 
 
 class EventTypeInput(Body):
-    name: TypeName
+    name: ProducerTypeName
     version: Version = 1
     description: text(1000) = ""
     json_schema: Annotated[dict[str, Any], Field(alias="schema", description="JSON Schema of the event's data"),
@@ -147,6 +176,16 @@ class DeliveriesQuery(BaseModel):
     before: Annotated[str | None, Field(pattern=DELIVERY_ID_PATTERN,
                                         description="the next_before of the previous page"),
                       Must("a delivery id (the next_before of the previous page)")] = None
+
+
+class SubscriptionsQuery(BaseModel):
+    """A page of the team's subscriptions, oldest first (ids are time-ordered)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    limit: Annotated[int, Field(ge=1, le=100), Must("a whole number from 1 to 100")] = 50
+    after: Annotated[str | None, Field(pattern=DELIVERY_ID_PATTERN, description="the next_after of the previous page"),
+                     Must("a subscription id (the next_after of the previous page)")] = None
 
 
 # -- responses (documentation) ---------------------------------------------------------------------
@@ -246,12 +285,17 @@ class SubscriptionWithSecret(Subscription):
     secret: str = Field(description="whsec_...: shown in this answer only")
 
 
+class CreatedSubscription(SubscriptionWithSecret):
+    check_id: str | None = Field(None, description='the receiver check started by "check": true, if asked for')
+
+
 class Resumed(Subscription):
     released: int = Field(description="held deliveries now on their way")
 
 
 class SubscriptionList(BaseModel):
     data: list[Subscription]
+    next_after: str | None
 
 
 class Replayed(BaseModel):
@@ -276,9 +320,37 @@ class EventTypeList(BaseModel):
     data: list[EventType]
 
 
+class QuotaUse(BaseModel):
+    limit: int = Field(description="the team's value: its own (set by an admin) or the default")
+    default: int
+    overridden: bool = Field(description="an admin set this team's own value")
+    used: int | None = Field(description="how much of it the team uses now, where that is a count")
+    description: str
+
+
+class Quotas(BaseModel):
+    """What one team may take of Promesa (dashboard.ingest.quotas)."""
+    subscriptions: QuotaUse = Field(description="subscriptions per team; past it, creating one answers 409")
+    events_per_second: QuotaUse = Field(description="events accepted per second, a batch counting as its "
+                                                    "events; past it, 429 with Retry-After")
+    queued_deliveries: QuotaUse = Field(description="owed deliveries (pending, scheduled, held, dead); past it, "
+                                                    "ingest answers 429 with Retry-After")
+    test_event_seconds: QuotaUse = Field(description="seconds between two test events to one subscription; "
+                                                     "sooner, 429 with Retry-After")
+
+
 class Team(BaseModel):
     name: str
     strict_event_types: bool
+    quotas: Quotas
+
+
+class QuotaError(BaseModel):
+    error: str = Field(description="what was refused, and why")
+    quota: str = Field(description="the quota it is past: subscriptions, events_per_second, queued_deliveries, "
+                                   "test_event_seconds")
+    limit: int = Field(description="the team's value of that quota")
+    retry_after_seconds: int | None = Field(None, description="as the Retry-After header says")
 
 
 class OpenApiDocument(BaseModel):
@@ -286,7 +358,7 @@ class OpenApiDocument(BaseModel):
 
 
 
-# -- bulk replays (dashboard.replays) ------------------------------------------------------------------
+# -- bulk replays (dashboard.operations.replays) ------------------------------------------------------------------
 
 class BulkReplayInput(Body):
     since: Annotated[AwareDatetime | None, Field(description="only dead letters dead-lettered at or after this time"),
@@ -297,25 +369,99 @@ class BulkReplayInput(Body):
                            Must(f"a list of at most {MAX_EVENT_TYPES} event type names")] = []
 
 
+MAX_SELECTED_DEAD_LETTERS = 500  # dead letters one bulk job may name (dashboard.operations.replays)
+
+
+class DiscardInput(BulkReplayInput):
+    delivery_ids: Annotated[list[Annotated[str, Field(pattern=DELIVERY_ID_PATTERN)]],
+                            Field(max_length=MAX_SELECTED_DEAD_LETTERS,
+                                  description="only these dead letters (default: every one the filter matches)"),
+                            Must(f"a list of at most {MAX_SELECTED_DEAD_LETTERS} delivery ids")] = []
+
+
+class GiveUpInput(Body):
+    delivery_ids: Annotated[list[Annotated[str, Field(pattern=DELIVERY_ID_PATTERN)]] | None,
+                            Field(max_length=MAX_REPLAY_IDS,
+                                  description="give up on these scheduled deliveries (default: every scheduled one)"),
+                            Must(f"a list of at most {MAX_REPLAY_IDS} delivery ids")] = None
+
+
+class GivenUp(BaseModel):
+    given_up: int = Field(description="scheduled deliveries that are dead letters now")
+
+
 class ReplayStarted(BaseModel):
     id: str
     total: int = Field(description="dead letters matching when it was asked for")
     state: Literal[ReplayState.ACTIVE + ReplayState.ENDED]
     duplicate: bool = Field(description="true: the same replay was already queued or running; this is it")
+    held_until_resume: bool = Field(False, description="true: the subscription is paused or disabled, so what is "
+                                                       "replayed is held until it is resumed or enabled, not sent")
 
 
 class BulkReplay(BaseModel):
     id: str
-    state: Literal[ReplayState.ACTIVE + ReplayState.ENDED]
+    kind: Literal[ReplayKind.ALL] = Field(description="replay: re-send the dead letters; discard: end them discarded")
+    state: Literal[ReplayState.ACTIVE + ReplayState.ENDED] = Field(description="the job's: finished means all of it "
+                                                                   "re-queued (or discarded)")
+    progress: str = Field(description="what it means for the deliveries: the state, or, for a finished replay, "
+                                      "'sending' or 'held until resume' until all of it was sent")
     filter: dict[str, Any]
     subscription_id: str | None
     total: int = Field(description="dead letters matching when it was asked for")
     done: int = Field(description="re-queued so far")
     succeeded: int = Field(description="replayed deliveries delivered so far")
     failed: int = Field(description="replayed deliveries dead again")
-    waiting: int = Field(description="replayed deliveries still on their way")
+    waiting: int = Field(description="replayed deliveries still on their way (held ones apart)")
+    held: int = Field(description="replayed deliveries held until their paused or disabled subscription resumes")
+    sent: int = Field(description="replayed deliveries that reached their receiver: delivered or dead again")
+    discarded: int = Field(description="a discard's: dead letters discarded so far")
     error: str | None
     created_by: str
     created_at: str
     started_at: str | None
     finished_at: str | None
+
+
+# -- receiver checks and diagnosis (dashboard.subscriptions.checks, .diagnosis) -------------------------------------
+
+class CheckStarted(BaseModel):
+    id: str = Field(description="chk_…: GET /checks/{id} gives its report")
+
+
+class CheckResult(BaseModel):
+    rule: Literal[CHECK_RULES]
+    passed: bool | None = Field(description="null: the rule could not be judged (the detail says why)")
+    detail: str
+    advice: str = Field(description="what to change; empty unless the rule failed")
+
+
+class Check(BaseModel):
+    id: str
+    subscription_id: str
+    state: Literal[CheckState.ALL]
+    started_at: str
+    finished_at: str | None
+    results: list[CheckResult] = Field(description="one per rule once finished; empty while running")
+    requested_by: str
+    error: str | None = Field(description="why the check could not run at all, if so")
+
+
+class DiagnosisGroup(BaseModel):
+    cause: str
+    label: str
+    count: int
+    last_at: str | None
+    example: str = Field(description="the newest such attempt's status code or error")
+    status_codes: list[int]
+    advice: str
+
+
+class Diagnosis(BaseModel):
+    subscription_id: str
+    since: str
+    attempts: int = Field(description="attempts read (the window's newest, at most 2000)")
+    failures: int
+    p95_ms: int | None = Field(description="95th percentile of the answer times in the window")
+    timeout_limit_seconds: float
+    groups: list[DiagnosisGroup] = Field(description="failures by cause, most frequent first")

@@ -19,9 +19,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from dashboard import create_app
-from dashboard.clock import FrozenClock
-from dashboard.extensions import db
+from dashboard.app import create_app
+from dashboard.core.clock import FrozenClock
+from dashboard.core.extensions import db
 from dashboard.models import ApiToken, Team, User
 
 from .support.private_redis import PrivateRedis
@@ -116,7 +116,7 @@ def _empty_tables(url: str) -> None:
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE attempts, deliveries, events, subscriptions, api_tokens, users, teams, audit_entries, "
                              "outcome_counts, incidents, incident_rules, subscription_health, sweep_marks, metric_counters, "
-                             "notification_sinks, outcome_hours, replays "
+                             "notification_sinks, outcome_hours, replays, checks "
                              "RESTART IDENTITY CASCADE"))
     engine.dispose()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from dashboard.extensions import db
+from dashboard.core.extensions import db
 from dashboard.models import AuditEntry
 
 
@@ -34,7 +34,7 @@ def test_an_api_change_names_the_token_by_its_prefix(producer, receiver):
 
 
 def test_the_engine_disabling_a_gone_receiver_is_recorded_as_the_system(app, producer, receiver, clock):
-    from dashboard.sweeper import sweep_once
+    from dashboard.operations.sweeper import sweep_once
 
     from .support import pipeline
 

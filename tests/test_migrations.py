@@ -9,8 +9,8 @@ import flask_migrate
 import pytest
 import sqlalchemy as sa
 
-from dashboard import create_app
-from dashboard.extensions import db
+from dashboard.app import create_app
+from dashboard.core.extensions import db
 
 from .conftest import fresh_postgres_database
 

@@ -5,7 +5,7 @@ The database decides who may attempt what: a delivery is claimed by a conditiona
 (due, not leased), so two workers can never both send it, and a stale or duplicated id in
 Redis is simply skipped.
 
-Throughput (measured with `promesa bench`, see the README): a worker keeps one event loop and
+Throughput (figures: docs/performance-notes.md): a worker keeps one event loop and
 one pooled aiohttp session across drain jobs and lingers briefly for new work; claiming is one
 statement on PostgreSQL, and like the attempts (written with COPY on PostgreSQL) it runs in a
 thread while requests go on. A subscription with its share of requests in flight keeps a
@@ -18,7 +18,7 @@ Failure has two sizes here (see the README's Reliability section):
   around it that could (signing, collecting, deciding) turn an exception into the attempt's error;
 - a failure of the drain itself (the database or Redis away, a bug in the loop) is logged loudly;
   before it propagates, the drain gives back the leases of what it claimed but did not send, waits
-  for the requests already on the wire and records them (`_Run.abandon`), so nothing is sent again
+  for the requests already on the wire and records them (`_Drain.abandon`), so nothing is sent again
   for want of its attempt row, and nothing waits out a lease.
 """
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import datetime as dt
+import functools
 import logging
 import random
 import threading
@@ -37,25 +37,45 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import aiohttp
-from sqlalchemy import ARRAY, String, and_, any_, bindparam, case, func, or_, select, update
+from sqlalchemy import (
+    ARRAY,
+    String,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    func,
+    or_,
+    select,
+    update,
+)
 
-from .. import crypto, outcomes
-from ..rotation import previous_signs
-from ..clock import from_unix, unix
-from ..models import Attempt, Delivery, DeliveryState, Event, Subscription, SubscriptionState
-from ..outages import REDIS_AWAY, retry_on_lost_connection
-from . import http
-from .policies import Decision, Outcome, decide, policy_for
-from .ratelimit import RateLimiter, at_turn
-from .targets import PublicOnlyResolver
-from ..queue import HEARTBEAT_SECONDS, is_spare, split_item, work_item
+from dashboard.core import crypto
+from dashboard.core.clock import from_unix, unix
+from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, retry_on_lost_connection
+from dashboard.delivery import http
+from dashboard.delivery.policies import Decision, Outcome, decide, policy_for
+from dashboard.delivery.ratelimit import RateLimiter, at_turn
+from dashboard.models import (
+    Attempt,
+    Delivery,
+    DeliveryState,
+    Event,
+    Subscription,
+    SubscriptionState,
+    held_values,
+    previous_signs,
+)
+from dashboard.queue.work import HEARTBEAT_SECONDS, is_spare, split_item, work_item
+from dashboard.stats import outcomes
 
 log = logging.getLogger(__name__)
 
-D = Delivery.__table__
-E = Event.__table__
-S = Subscription.__table__
-A = Attempt.__table__
+DELIVERIES = Delivery.__table__
+EVENTS = Event.__table__
+SUBSCRIPTIONS = Subscription.__table__
+ATTEMPTS = Attempt.__table__
 
 POP_BATCH = 200
 # Claimed deliveries kept in one drain (in flight + waiting for their subscription), per in-flight slot.
@@ -77,15 +97,14 @@ LINGER_POLL_SECONDS = 0.5
 # long, so that work arriving one delivery at a time is claimed, sent and recorded many at a time: a pop,
 # a claim, a record and their thread hand-offs cost nearly the same for one delivery as for twenty, and
 # requests sent together are answered together (one wake-up of the loop for several answers). A pop that
-# fills the slots is followed at once: the worker has enough to do, and waiting then only idled it (the
-# batch path lost a tenth). The first delivery after a quiet spell is taken as soon as it arrives.
+# fills the slots is followed at once: the worker has enough to do, and waiting then only idles it.
+# The first delivery after a quiet spell is taken as soon as it arrives.
 GATHER_SECONDS = 0.05
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """The drain's event loop: uvloop's where it is installed, asyncio's own otherwise. Measured in the
-    delivering workers during `promesa bench`, it took about a tenth off their CPU per delivery: the
-    loop's own bookkeeping and the transports' reads and writes are most of what is not aiohttp's."""
+    """The drain's event loop: uvloop's where it is installed (cheaper per delivery), asyncio's own otherwise:
+    the loop's own bookkeeping and the transports' reads and writes are most of what is not aiohttp's."""
     try:
         import uvloop
     except ImportError:
@@ -95,20 +114,21 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def _gathers_next(taken: int, asked: int, in_flight_slots: int) -> bool:
     """Did this pop empty the list with fewer deliveries than the drain can send at once (so the next
-    should let arrivals gather)? Measured with single events (`promesa bench`), a threshold of 20 left
-    pops of a few: the workers' CPU per delivery was 0.49 - 0.56 ms, against 0.34 - 0.46 ms with this."""
+    should let arrivals gather)? Tied to the drain's slots, not a fixed count, so pops of a few are rare."""
     return 0 < taken < min(asked, in_flight_slots)
 
 
 # A waiting delivery is started only while this much of its lease is left unused.
 LEASE_SAFETY = 0.5
+# A failed drain waits this long for the database to record what it sent (well inside the drain job's timeout).
+OUTAGE_WAIT_SECONDS = 120.0
 # Leases of what a drain holds (in flight, waiting, being recorded) are renewed this often, as a
 # fraction of the lease: a lease can be short (a killed worker's work comes free soon) and still
 # cover a delivery that waits behind a slow endpoint for longer than that.
 LEASE_RENEW_FRACTION = 1 / 3
 
 _ATTEMPT_COLUMNS = ("delivery_id", "number", "attempted_at", "duration_ms", "status_code", "error",
-                    "response_excerpt")
+                    "response_excerpt", "response_headers")
 _COPY_ATTEMPTS = f"COPY attempts ({', '.join(_ATTEMPT_COLUMNS)}) FROM STDIN"
 
 
@@ -116,50 +136,55 @@ def _by_ids(array: bool):
     """Rows whose id is in the "ids" parameter. On PostgreSQL one array parameter: the statement text
     is the same for any number of ids, so psycopg prepares it once and the server plans it once."""
     if array:
-        return D.c.id == any_(bindparam("ids", type_=ARRAY(String)))
-    return D.c.id.in_(bindparam("ids", expanding=True))
+        return DELIVERIES.c.id == any_(bindparam("ids", type_=ARRAY(String)))
+    return DELIVERIES.c.id.in_(bindparam("ids", expanding=True))
 
 
 # The claim, built once (statement construction and cache keys cost more than the query here).
 # Only the primary key may find the rows: the rest of the condition is wrapped in IS TRUE, which
 # no index matches. On a queue table the statistics are always stale (rows turn due and settled by
-# the thousand between ANALYZEs), and a plan through ix_deliveries_due read every due row for each
-# claim: 775 us of PostgreSQL CPU per delivery at 80,000 pending, against 20 us by primary key.
+# the thousand between ANALYZEs), and a plan through ix_deliveries_due reads every due row for each claim.
 # Plain equalities, not IN (...): a constant IN list is an expanding parameter, rendered anew at every
-# execution (with its casts): a third of a small claim's CPU.
-_DUE_STATE = or_(*(D.c.state == state for state in DeliveryState.DUE))
+# execution (with its casts).
+_DUE_STATE = or_(*(DELIVERIES.c.state == state for state in DeliveryState.DUE))
 
 
 def _claim(array: bool):
     return (
-        update(D)
+        update(DELIVERIES)
         .where(_by_ids(array),
-               and_(_DUE_STATE, D.c.next_attempt_at <= bindparam("now"),
-                    or_(D.c.lease_expires_at.is_(None), D.c.lease_expires_at < bindparam("now"))).is_(True))
+               and_(_DUE_STATE, DELIVERIES.c.next_attempt_at <= bindparam("now"),
+                    or_(DELIVERIES.c.lease_expires_at.is_(None),
+                        DELIVERIES.c.lease_expires_at < bindparam("now"))).is_(True))
         .values(lease_token=bindparam("token"), lease_expires_at=bindparam("until"))
     )
 
 
 # The claim unpacks rows by position: these follow Claimed's fields from event_id on.
-_SENDING_COLUMNS = (E.c.id.label("event_id"), E.c.type, E.c.created_at, E.c.body, S.c.id.label("subscription_id"),
-                    S.c.state, S.c.url, S.c.secret_ciphertext, S.c.signature_scheme, S.c.retry_policy,
-                    S.c.max_age_seconds, S.c.connect_timeout, S.c.attempt_timeout,
-                    S.c.previous_secret_ciphertext, S.c.previous_secret_expires_at, S.c.rate_limit_per_s,
-                    S.c.max_in_flight)
-_CLAIM = _claim(array=False).returning(D.c.id)
+_SENDING_COLUMNS = (EVENTS.c.id.label("event_id"), EVENTS.c.type, EVENTS.c.created_at, EVENTS.c.body,
+                    SUBSCRIPTIONS.c.id.label("subscription_id"), SUBSCRIPTIONS.c.state, SUBSCRIPTIONS.c.url,
+                    SUBSCRIPTIONS.c.secret_ciphertext, SUBSCRIPTIONS.c.signature_scheme, SUBSCRIPTIONS.c.retry_policy,
+                    SUBSCRIPTIONS.c.max_age_seconds, SUBSCRIPTIONS.c.connect_timeout, SUBSCRIPTIONS.c.attempt_timeout,
+                    SUBSCRIPTIONS.c.previous_secret_ciphertext, SUBSCRIPTIONS.c.previous_secret_expires_at,
+                    SUBSCRIPTIONS.c.rate_limit_per_s, SUBSCRIPTIONS.c.max_in_flight,
+                    cast(SUBSCRIPTIONS.c.team_id, String).label("team_id"))
+_CLAIM = _claim(array=False).returning(DELIVERIES.c.id)
 _LOAD = (
-    select(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at, *_SENDING_COLUMNS)
-    .select_from(D.join(E, D.c.event_key == E.c.key).join(S, D.c.subscription_id == S.c.id))
-    .where(D.c.id.in_(bindparam("claimed", expanding=True)))  # by primary key: lease_token has no index
+    select(DELIVERIES.c.id, DELIVERIES.c.attempt_count, DELIVERIES.c.retry_base, DELIVERIES.c.schedule_started_at,
+           *_SENDING_COLUMNS)
+    .select_from(DELIVERIES.join(EVENTS, DELIVERIES.c.event_key == EVENTS.c.key)
+                 .join(SUBSCRIPTIONS, DELIVERIES.c.subscription_id == SUBSCRIPTIONS.c.id))
+    .where(DELIVERIES.c.id.in_(bindparam("claimed", expanding=True)))  # by primary key: lease_token has no index
 )
 # PostgreSQL: claim and load in one round trip, the UPDATE in a CTE.
-_claimed_cte = _claim(array=True).returning(D.c.id, D.c.attempt_count, D.c.retry_base, D.c.schedule_started_at,
-                                            D.c.event_key, D.c.subscription_id).cte("claimed")
+_claimed_cte = _claim(array=True).returning(
+    DELIVERIES.c.id, DELIVERIES.c.attempt_count, DELIVERIES.c.retry_base, DELIVERIES.c.schedule_started_at,
+    DELIVERIES.c.event_key, DELIVERIES.c.subscription_id).cte("claimed")
 _CLAIM_AND_LOAD = (
     select(_claimed_cte.c.id, _claimed_cte.c.attempt_count, _claimed_cte.c.retry_base,
            _claimed_cte.c.schedule_started_at, *_SENDING_COLUMNS)
-    .select_from(_claimed_cte.join(E, _claimed_cte.c.event_key == E.c.key)
-                 .join(S, _claimed_cte.c.subscription_id == S.c.id))
+    .select_from(_claimed_cte.join(EVENTS, _claimed_cte.c.event_key == EVENTS.c.key)
+                 .join(SUBSCRIPTIONS, _claimed_cte.c.subscription_id == SUBSCRIPTIONS.c.id))
 )
 
 
@@ -167,7 +192,7 @@ _CLAIM_AND_LOAD = (
 # executemany for those with a next attempt.
 def _settle(array: bool):
     return (
-        update(D).where(_by_ids(array), D.c.lease_token == bindparam("token"))
+        update(DELIVERIES).where(_by_ids(array), DELIVERIES.c.lease_token == bindparam("token"))
         .values(state=bindparam("state"), attempt_count=bindparam("attempt_count"), next_attempt_at=None,
                 last_status_code=bindparam("status_code"), last_error=bindparam("error"),
                 updated_at=bindparam("now"), succeeded_at=bindparam("succeeded_at"),
@@ -178,10 +203,11 @@ def _settle(array: bool):
 _SETTLE = {False: _settle(array=False), True: _settle(array=True)}  # by "is the database PostgreSQL"
 # A failed attempt's next try, unless the subscription was paused or disabled while it was in flight:
 # then the delivery is held (the subscription's state now, read in the same statement, not at claim time).
-_SUBSCRIPTION_ACTIVE = select(S.c.state).where(S.c.id == D.c.subscription_id).scalar_subquery() \
-    == SubscriptionState.ACTIVE
+_SUBSCRIPTION_ACTIVE = select(SUBSCRIPTIONS.c.state) \
+    .where(SUBSCRIPTIONS.c.id == DELIVERIES.c.subscription_id).scalar_subquery() == SubscriptionState.ACTIVE
 _RESCHEDULE = (
-    update(D).where(and_(D.c.id == bindparam("b_id"), D.c.lease_token == bindparam("b_token")))
+    update(DELIVERIES)
+    .where(and_(DELIVERIES.c.id == bindparam("b_id"), DELIVERIES.c.lease_token == bindparam("b_token")))
     .values(state=case((_SUBSCRIPTION_ACTIVE, bindparam("state")), else_=DeliveryState.HELD),
             attempt_count=bindparam("attempt_count"),
             next_attempt_at=bindparam("next_attempt_at"),
@@ -213,6 +239,7 @@ class Claimed:
     previous_secret_expires_at: dt.datetime | None
     rate_limit_per_s: float | None  # across all workers (delivery.ratelimit); None: no limit
     max_in_flight: int | None  # per worker; None: PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION
+    team_id: str  # the tenant whose share of the in-flight slots it takes (see _Run.may_start)
     turn: float | None = None  # unix time its rate limit lets it go, when it has one (delivery.ratelimit)
 
 
@@ -228,6 +255,9 @@ class DrainStats:
     skipped: int = 0
     claims: int = 0  # claim transactions, and record transactions: deliveries per transaction is what the database feels
     records: int = 0
+    peak_in_flight: int = 0  # the most requests in flight at once, and per team (str id): fairness is checked by these
+    peak_by_team: Counter = field(default_factory=Counter)
+    peak_shared_by_team: Counter = field(default_factory=Counter)  # ... started while other teams had work waiting
     spare_ended: bool = False  # a spare drain that ended early: another drain took the trickle alone
     states: Counter = field(default_factory=Counter)
 
@@ -287,7 +317,7 @@ class DeliveryEngine:
         rows = retry_on_lost_connection(lease, "claiming deliveries")
         if not rows:
             return [], None
-        # Unpacked by position: a Row's attribute lookup cost more than the claim's SQL (0.5 us each, 16 per row).
+        # Unpacked by position: a Row's attribute lookup, 16 per row, costs more than the claim's SQL.
         return [Claimed(delivery_id, attempts + 1, attempts + 1 - retry_base, event_id, event_type,
                         schedule_started_at or created_at, body.encode("utf-8"), *sending)
                 for delivery_id, attempts, retry_base, schedule_started_at, event_id, event_type, created_at, body,
@@ -300,7 +330,9 @@ class DeliveryEngine:
 
         def write():
             with self.db_engine.begin() as conn:
-                conn.execute(update(D).where(D.c.id.in_([i.delivery_id for i in items]), D.c.lease_token == token)
+                conn.execute(update(DELIVERIES)
+                             .where(DELIVERIES.c.id.in_([i.delivery_id for i in items]),
+                                    DELIVERIES.c.lease_token == token)
                              .values(state=DeliveryState.HELD, updated_at=self.clock.now(),
                                      lease_token=None, lease_expires_at=None))
 
@@ -318,7 +350,7 @@ class DeliveryEngine:
         def write():
             with self.db_engine.begin() as conn:
                 for token, ids in by_token.items():
-                    conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token == token)
+                    conn.execute(update(DELIVERIES).where(DELIVERIES.c.id.in_(ids), DELIVERIES.c.lease_token == token)
                                  .values(lease_token=None, lease_expires_at=None))
 
         retry_on_lost_connection(write, "releasing unsent deliveries")
@@ -335,7 +367,8 @@ class DeliveryEngine:
 
         def write():
             with self.db_engine.begin() as conn:
-                conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token.in_(list(held)))
+                conn.execute(update(DELIVERIES)
+                             .where(DELIVERIES.c.id.in_(ids), DELIVERIES.c.lease_token.in_(list(held)))
                              .values(lease_expires_at=until))
 
         retry_on_lost_connection(write, "renewing leases")
@@ -353,13 +386,13 @@ class DeliveryEngine:
         for item, token, attempted_at, result in finished:
             outcome = result.outcome
             attempts.append((item.delivery_id, item.attempt_number, attempted_at, result.duration_ms,
-                             outcome.status_code, outcome.error, result.response_excerpt))
+                             outcome.status_code, outcome.error, result.response_excerpt, result.response_headers))
             try:
                 decision = decide(policy_for(item.retry_policy, item.max_age_seconds), outcome,
                                   item.attempts_in_schedule, item.schedule_started_at, now, self.rng)
             except Exception as exc:  # noqa: BLE001 - a bug in one decision is that attempt's error, not the batch's
                 outcome, decision = self._fallback_decision(item, exc, now)
-                attempts[-1] = attempts[-1][:5] + (outcome.error, attempts[-1][6])
+                attempts[-1] = attempts[-1][:5] + (outcome.error,) + attempts[-1][6:]
             count = counts.setdefault((item.subscription_id, outcomes.minute_of(attempted_at)), [0, 0, 0, 0])
             count[0 if outcome.succeeded else 1] += 1
             count[2] += decision.state == DeliveryState.DEAD
@@ -398,9 +431,11 @@ class DeliveryEngine:
                 if updates:
                     conn.execute(_RESCHEDULE, updates)
                 for subscription_id, reason in to_disable.items():
-                    # Audited (and announced) by the sweeper's next pass: dashboard.autodisable.
-                    conn.execute(update(S).where(S.c.id == subscription_id, S.c.state == SubscriptionState.ACTIVE)
-                                 .values(state=SubscriptionState.DISABLED, state_reason=reason, updated_at=now))
+                    # In the batch's transaction, so a 410 and its disable commit together (audited later: autodisable).
+                    conn.execute(update(SUBSCRIPTIONS)
+                                 .where(SUBSCRIPTIONS.c.id == subscription_id,
+                                        SUBSCRIPTIONS.c.state == SubscriptionState.ACTIVE)
+                                 .values(**held_values(SubscriptionState.DISABLED, reason), updated_at=now))
 
         retry_on_lost_connection(write, "recording attempts")
         # After the commit: if Redis is away, the retry is only delayed until the sweeper finds it.
@@ -408,6 +443,22 @@ class DeliveryEngine:
             self.work.schedule(to_schedule)
         except REDIS_AWAY:
             log.warning("Redis is away: %d retries wait for the sweeper", len(to_schedule))
+
+    def through_outage(self, write, *args):
+        """Run `write(*args)`; with the database away, wait up to OUTAGE_WAIT_SECONDS for it and run it
+        once more. For what a failed drain still owes: attempts already sent (recorded with their recheck,
+        so a write that committed after all is not made twice) and claimed work given back."""
+        try:
+            return write(*args)
+        except Exception as error:  # noqa: BLE001 - only the database being away is waited out
+            if not database_unavailable(error):
+                raise
+            database_outage.failed(error, "worker")
+        if not database_outage.wait_until_back(self.db_engine, "worker", timeout=OUTAGE_WAIT_SECONDS):
+            raise TimeoutError(f"the database stayed away for {OUTAGE_WAIT_SECONDS} s")
+        if write == self.record:
+            return write(*args[:2], True)
+        return write(*args)
 
     def _fallback_decision(self, item: Claimed, exc: Exception, now: dt.datetime) -> tuple[Outcome, Decision]:
         """A decision for an attempt whose own decision failed (a bug): its error, and the default schedule."""
@@ -422,18 +473,18 @@ class DeliveryEngine:
         one transaction already committed, which settles or reschedules every one of them.)"""
         ids = [item.delivery_id for item, *_ in finished]
         tokens = list({token for _, token, *_ in finished})
-        return bool(conn.execute(select(func.count()).select_from(D)
-                                 .where(D.c.id.in_(ids), D.c.lease_token.in_(tokens))).scalar())
+        return bool(conn.execute(select(func.count()).select_from(DELIVERIES)
+                                 .where(DELIVERIES.c.id.in_(ids), DELIVERIES.c.lease_token.in_(tokens))).scalar())
 
     def _insert_attempts(self, conn, rows: list[tuple]) -> None:
-        """Attempt rows in bulk: COPY on PostgreSQL (a fifth of executemany's CPU), executemany elsewhere."""
+        """Attempt rows in bulk: COPY on PostgreSQL (far less CPU than executemany), executemany elsewhere."""
         if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
             cursor = conn.connection.dbapi_connection.cursor()
             with cursor.copy(_COPY_ATTEMPTS) as copy:
                 for row in rows:
                     copy.write_row(row)
             return
-        conn.execute(A.insert(), [dict(zip(_ATTEMPT_COLUMNS, row)) for row in rows])
+        conn.execute(ATTEMPTS.insert(), [dict(zip(_ATTEMPT_COLUMNS, row)) for row in rows])
 
     def _secret(self, ciphertext: str) -> str:
         secret = self._secrets.get(ciphertext)
@@ -478,30 +529,33 @@ class DeliveryEngine:
 
     def _session_here(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            # Pooled keep-alive connections, kept across drain jobs by a keep-alive engine.
-            connector = aiohttp.TCPConnector(limit=self.max_in_flight, limit_per_host=0,
-                                             resolver=None if self.allow_private else PublicOnlyResolver())
-            # No cookie jar: endpoints of different teams share hosts, and a cookie one of them sets
-            # must never be sent to another (nor back to itself: a delivery is not a browsing session).
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                                  cookie_jar=aiohttp.DummyCookieJar())
+            # Kept across drain jobs by a keep-alive engine. Twice the slots: a team under its fair share
+            # starts even while another holds them all.
+            self._session = http.client_session(2 * self.max_in_flight, self.allow_private)
         return self._session
 
     async def _drain(self, slot_token, budget_seconds, linger_seconds) -> DrainStats:
-        run = _Run(self, self._session_here(), DrainStats())
+        run = _Drain(self, self._session_here(), DrainStats())
         try:
             return await self._drain_loop(run, slot_token, budget_seconds, linger_seconds)
         except BaseException as exc:
             if isinstance(exc, REDIS_AWAY):
                 log.error("drain stopped: Redis is unreachable (%s); recording what was sent, releasing the rest", exc)
+            elif database_unavailable(exc):  # one line per outage, not a traceback per drain
+                database_outage.failed(exc, "worker")
             else:
                 log.critical("drain failed; recording what was sent and releasing the rest", exc_info=True)
             await run.abandon()
             raise
 
-    async def _drain_loop(self, run: _Run, slot_token, budget_seconds, linger_seconds) -> DrainStats:
+    async def _drain_loop(self, run: _Drain, slot_token, budget_seconds, linger_seconds) -> DrainStats:
         started = time.monotonic()
         deadline = started + budget_seconds
+        # Past its budget, a drain still holding requests (a slow endpoint's) goes on serving work that
+        # ends before they do, until the last of them has timed out at the latest: a drain that stopped
+        # popping at its budget left every other team waiting up to an attempt's timeout (one worker
+        # runs one drain at a time). A stopping worker ends without that grace.
+        closing_at = None
         next_heartbeat = started + HEARTBEAT_SECONDS
         busy = False  # since the last heartbeat, did a pop take all it asked for (more work than this drain)?
         renew_every = self.lease_seconds * LEASE_RENEW_FRACTION
@@ -512,20 +566,28 @@ class DeliveryEngine:
         while True:
             now = time.monotonic()
             if self.stopping.is_set():
-                deadline = min(deadline, now)
+                deadline = closing_at = min(deadline, now)
+            if closing_at is None and now >= deadline:
+                closing_at = max([deadline, *(began + item.attempt_timeout + 1.0
+                                              for item, _, _, began in run.in_flight.values())])
+                run.closing_at = closing_at
             if now >= next_renewal:
                 run.renew_leases()
                 next_renewal = now + renew_every
             popped = 0
             if run.claiming is not None and run.claiming.done():
                 await run.take_claimed()
-            room = min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight - run.local)
+            # Teams at their share here leave their work in Redis; the room they would have taken (and
+            # as much again) stays open to the others, so that a newcomer is never behind them.
+            least_share = self.max_in_flight // (len(run.active) + 1)  # no team is full below it
+            full = run.full_teams() if run.slots >= least_share or run.local >= LOCAL_CAPACITY * least_share else ()
+            room = min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight * (2 if full else 1) - run.local)
             # With work waiting here, refill only once half the room is free: a claim of a few
             # deliveries costs the database nearly what a claim of a hundred does.
             refill = room >= min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2) or not run.waiting_total
-            if (now < deadline and run.claiming is None and refill and room > 0
-                    and len(run.in_flight) < self.max_in_flight and now >= max(next_pop, gather_until)):
-                items = self.work.pop_ready(room)
+            if ((closing_at is None or now < closing_at) and run.claiming is None and refill and room > 0
+                    and (len(run.in_flight) < self.max_in_flight or full) and now >= max(next_pop, gather_until)):
+                items = self.work.pop_ready(room, full)
                 popped = len(items)
                 busy = busy or popped == room
                 if not popped:
@@ -538,7 +600,8 @@ class DeliveryEngine:
             if (run.in_flight or run.claiming is not None) and not popped:
                 await run.wait(POLL_SECONDS)
             run.collect()
-            await run.settle(final=now >= deadline)
+            closed = closing_at is not None and now >= closing_at
+            await run.settle(final=closed)
             if run.finished and (len(run.finished) >= RECORD_BATCH
                                  or now - run.first_finished_at >= RECORD_DELAY_SECONDS):
                 await run.flush()
@@ -547,7 +610,7 @@ class DeliveryEngine:
                     wait = max(0.001, RECORD_DELAY_SECONDS - (now - run.first_finished_at))
                 else:
                     await run.flush(wait=True)
-                    if now >= deadline:
+                    if now >= deadline:  # nothing in flight: the budget's end is the end
                         break
                     idle_since = idle_since or now
                     if now - idle_since >= linger_seconds and now >= gather_until:
@@ -573,6 +636,7 @@ class DeliveryEngine:
                 beating = self.work.heartbeat(slot_token)
                 if not busy and is_spare(slot_token, beating):
                     # Another drain takes this trickle alone, at larger batches: end as at the budget's end.
+                    # With the grace of a budget's end: its worker runs no other drain until this one ends.
                     deadline = min(deadline, time.monotonic())
                     run.stats.spare_ended = True
                 busy = False
@@ -604,7 +668,7 @@ class DeliveryEngine:
     def _paced(self, subscription_id: str, expected: dict[str, float | None], now_unix: float) -> float:
         """When a saturated subscription's next handed-back delivery should be due: one by one at
         the pace it answers here, from a second away to at most a minute."""
-        interval = (expected.get(subscription_id) or 0.0) / self.per_subscription
+        interval = (expected.get(subscription_id) or 0.0) / self.cap(subscription_id)  # at its own in-flight cap
         when = max(now_unix + SATURATED_RETRY_SECONDS, self._booked_until.get(subscription_id, 0.0) + interval)
         when = min(when, now_unix + MAX_DEFER_SECONDS)
         self._booked_until[subscription_id] = when
@@ -634,7 +698,7 @@ class DeliveryEngine:
         def write():
             with self.db_engine.begin() as conn:
                 for token, ids in by_token.items():
-                    conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token == token)
+                    conn.execute(update(DELIVERIES).where(DELIVERIES.c.id.in_(ids), DELIVERIES.c.lease_token == token)
                                  .values(next_attempt_at=from_unix(now_unix + SATURATED_RETRY_SECONDS),
                                          updated_at=now, lease_token=None, lease_expires_at=None))
 
@@ -682,7 +746,7 @@ class DeliveryEngine:
             return set()
         ids = [item.delivery_id for item, _ in wait]
         with self.db_engine.begin() as conn:  # due from the earliest turn; Redis holds each one's own
-            conn.execute(update(D).where(D.c.id.in_(ids), D.c.lease_token == token)
+            conn.execute(update(DELIVERIES).where(DELIVERIES.c.id.in_(ids), DELIVERIES.c.lease_token == token)
                          .values(next_attempt_at=from_unix(min(when for _, when in wait)), updated_at=now,
                                  lease_token=None, lease_expires_at=None))
         self.work.schedule([(work_item(item.subscription_id, item.delivery_id), when) for item, when in wait])
@@ -722,7 +786,7 @@ class DeliveryEngine:
         return now, int(unix(now))
 
 
-class _Run:
+class _Drain:
     """The state of one drain: requests in flight, claimed deliveries waiting for their
     subscription's turn, and finished attempts waiting to be recorded."""
 
@@ -742,17 +806,120 @@ class _Run:
         self.wake = asyncio.Event()
         self.recording: asyncio.Future | None = None
         self.recording_batch: list = []  # what `recording` writes, kept until it is written
-        # The claim under way in a thread, and the ids it asks for. While the database leases them,
-        # requests already in flight finish and waiting work is started: a claim awaited in place
-        # left both cores 11 - 16 % idle.
+        # The claim under way in a thread, and its ids: while the database leases them, the loop keeps sending.
         self.claiming: asyncio.Future | None = None
         self.claiming_ids: list[str] = []
         # Per rate-limited subscription: its in-flight cap for requests that waited for their turn.
         self.turn_gates: dict[str, asyncio.Semaphore] = {}
+        # Fair shares (docs/scheduler.md): slots held and deliveries waiting here, per team; the teams
+        # with work waiting (here or in Redis) and those active (waiting or holding slots), per refresh.
+        self.slots = 0  # requests in flight that hold a slot (not those waiting for a rate limit's turn)
+        self.team_slots: Counter = Counter()
+        self.team_waiting: Counter = Counter()
+        self.team_waiting_subs: Counter = Counter()  # per team, its subscriptions with deliveries waiting here
+        self.arriving_subs: dict[str, int] = {}  # per team, the subscriptions of the claim being taken
+        self.wanting: frozenset = frozenset()
+        self.active: frozenset = frozenset()
+        self.closing_at: float | None = None  # past its budget: only requests expected to end by then start
 
     @property
     def local(self) -> int:
         return len(self.in_flight) + self.waiting_total + len(self.claiming_ids)
+
+    # -- fair shares of the in-flight slots ----------------------------------------------
+    def refresh(self, arriving: frozenset = frozenset()) -> bool:
+        """Read who wants slots now (and the teams of `arriving` work); True if that changed (waiting
+        work may start, or must wait)."""
+        wanting = frozenset(self.team_waiting) | self.engine.work.waiting_teams | arriving
+        active = wanting | frozenset(self.team_slots)
+        changed = wanting != self.wanting or active != self.active
+        self.wanting, self.active = wanting, active
+        return changed
+
+    def share(self, team: str) -> int:
+        """A team's fair share of the worker's slots: an equal part among the active teams."""
+        return max(1, self.engine.max_in_flight // (len(self.active) + (team not in self.active)))
+
+    def may_start(self, item: Claimed) -> bool:
+        """Within its subscription's cap, a team starts a request while it holds less than its share
+        (even past the worker's slots: they are held by a team over its share, whose requests end by
+        their timeout; twice the slots is the hard bound), or, past its share, on a slot no other
+        team is waiting for."""
+        engine = self.engine
+        team, sub = item.team_id, item.subscription_id
+        held = self.per_subscription[sub]
+        if held >= engine.cap(sub):
+            return False
+        if self.closing_at is not None and not (
+                engine._avg_seconds.get(sub, item.attempt_timeout) < self.closing_at - time.monotonic()):
+            return False  # too slow to end in the drain's grace: handed back at its end
+        share = self.share(team)
+        if self.team_slots.get(team, 0) < share:
+            if self.slots >= 2 * engine.max_in_flight:
+                return False
+        elif not (self.slots < engine.max_in_flight and len(self.wanting) == (team in self.wanting)):
+            return False
+        # Within the team, the same again between its subscriptions that want slots.
+        others = self.team_waiting_subs.get(team, 0) + self.arriving_subs.get(team, 0) - (sub in self.waiting)
+        return others <= 0 or held < max(1, share // (others + 1))
+
+    def full_teams(self) -> list[str]:
+        """Teams this drain can start nothing more for, or holds enough work of already: a pop leaves
+        their work in Redis, so that room here goes to the other teams."""
+        full = []
+        for team in self.team_slots.keys() | self.team_waiting.keys():
+            share = self.share(team)
+            load = self.team_slots.get(team, 0) + self.team_waiting.get(team, 0)
+            if load >= LOCAL_CAPACITY * share or (
+                    self.team_slots.get(team, 0) >= share
+                    and not (self.slots < self.engine.max_in_flight and len(self.wanting) == (team in self.wanting))):
+                full.append(team)
+        return full
+
+    def _wait_here(self, item: Claimed, token: str) -> None:
+        queue = self.waiting.get(item.subscription_id)
+        if not queue:
+            queue = self.waiting[item.subscription_id] = deque()
+            self.team_waiting_subs[item.team_id] += 1
+        queue.append((item, token))
+        self.waiting_total += 1
+        self.team_waiting[item.team_id] += 1
+
+    def _unwait(self, item: Claimed) -> None:
+        """One delivery of item's subscription left its waiting queue (already popped)."""
+        team = item.team_id
+        left = self.team_waiting[team] - 1
+        if left > 0:
+            self.team_waiting[team] = left
+        else:
+            del self.team_waiting[team]
+        if not self.waiting[item.subscription_id]:
+            del self.waiting[item.subscription_id]
+            subs = self.team_waiting_subs[team] - 1
+            if subs > 0:
+                self.team_waiting_subs[team] = subs
+            else:
+                del self.team_waiting_subs[team]
+
+    def dispatch(self) -> None:
+        """Start waiting work that may start now: one delivery per subscription per pass, so that
+        subscriptions (and, through may_start, teams) take free slots in turn."""
+        now = time.monotonic()
+        starts_at = None
+        progress = True
+        while progress and self.waiting_total:
+            progress = False
+            for queue in list(self.waiting.values()):
+                if not self.may_start(queue[0][0]):
+                    continue
+                item, token = queue.popleft()
+                self.waiting_total -= 1
+                self._unwait(item)
+                progress = True
+                if now < self.lease_deadlines[token]:
+                    starts_at = starts_at or self.engine.now_for_starts()
+                    self._send(item, token, starts_at)
+                # else: the lease is too close to running out to start now; the sweeper hands it on.
 
     def start_claim(self, ids: list[str]) -> None:
         self.claiming_ids = ids
@@ -808,14 +975,20 @@ class _Run:
         if token is not None:
             self.lease_deadlines[token] = time.monotonic() + engine.lease_seconds * LEASE_SAFETY
         now = engine.now_for_starts()
+        # A claim's teams, and each team's subscriptions in it, share with each other from its first item on.
+        subs_by_team: dict[str, set] = {}
+        for item in items:
+            subs_by_team.setdefault(item.team_id, set()).add(item.subscription_id)
+        self.refresh(frozenset(subs_by_team))
+        self.arriving_subs = {team: len(subs - self.waiting.keys()) - 1 for team, subs in subs_by_team.items()}
         for item in items:
             if item.subscription_state != SubscriptionState.ACTIVE:
                 to_hold.append(item)
-            elif item.turn is not None or self.per_subscription[item.subscription_id] < engine.cap(item.subscription_id):
+            elif item.turn is not None or self.may_start(item):
                 self._send(item, token, now)
             else:
-                self.waiting.setdefault(item.subscription_id, deque()).append((item, token))
-                self.waiting_total += 1
+                self._wait_here(item, token)
+        self.arriving_subs = {}
         if to_hold:
             await asyncio.to_thread(engine.hold, to_hold, token)
             stats.held += len(to_hold)
@@ -844,6 +1017,15 @@ class _Run:
             task = self.engine.start(self.session, item, attempted_at, timestamp)
             self.per_subscription[sub] += 1
             self.started_at.setdefault(sub, []).append(began)
+            self.slots += 1
+            held = self.team_slots[item.team_id] = self.team_slots.get(item.team_id, 0) + 1
+            stats = self.stats
+            if self.slots > stats.peak_in_flight:
+                stats.peak_in_flight = self.slots
+            if held > stats.peak_by_team[item.team_id]:
+                stats.peak_by_team[item.team_id] = held
+            if len(self.wanting) > (item.team_id in self.wanting) and held > stats.peak_shared_by_team[item.team_id]:
+                stats.peak_shared_by_team[item.team_id] = held
         else:  # waiting for its turn takes no in-flight place: its gate admits the endpoint's cap at once
             gate = self.turn_gates.get(sub) or self.turn_gates.setdefault(sub, asyncio.Semaphore(self.engine.cap(sub)))
             task = self.engine.start(self.session, item, attempted_at, timestamp, wait, gate)
@@ -864,14 +1046,20 @@ class _Run:
     def collect(self) -> None:
         """Move finished requests to the record batch and give their subscriptions' turns to waiting work."""
         done, self.done = self.done, []
-        freed = set()
+        freed = False
         for task in done:
             item, token, attempted_at, began = self.in_flight.pop(task)
             sub = item.subscription_id
             if item.turn is None:
                 self.per_subscription[sub] -= 1
                 self.started_at[sub].remove(began)
-                freed.add(sub)
+                self.slots -= 1
+                held = self.team_slots[item.team_id] - 1
+                if held:
+                    self.team_slots[item.team_id] = held
+                else:
+                    del self.team_slots[item.team_id]
+                freed = True
             try:
                 result = task.result()  # http.post does not raise; this is the belt to its braces
             except Exception as exc:  # noqa: BLE001
@@ -881,17 +1069,10 @@ class _Run:
             if not self.finished:
                 self.first_finished_at = time.monotonic()
             self.finished.append((item, token, attempted_at, result))
-        now = time.monotonic()
-        starts_at = None
-        for sub in freed:
-            queue = self.waiting.get(sub)
-            while queue and self.per_subscription[sub] < self.engine.cap(sub):
-                item, token = queue.popleft()
-                self.waiting_total -= 1
-                if now < self.lease_deadlines[token]:
-                    starts_at = starts_at or self.engine.now_for_starts()
-                    self._send(item, token, starts_at)
-                # else: the lease is too close to running out to start now; the sweeper hands it on.
+        # Who wants slots changes as work arrives and ends: waiting work may start on a freed slot, or
+        # on a share that grew.
+        if (self.refresh() or freed) and self.waiting_total:
+            self.dispatch()
 
     async def settle(self, final: bool) -> None:
         """Hand back what waits beyond its subscription's share (or everything, at the end of the budget)."""
@@ -899,14 +1080,13 @@ class _Run:
             return
         engine = self.engine
         to_defer, expected = [], {}
-        for sub, queue in self.waiting.items():
-            if not queue:
-                continue
+        for sub, queue in list(self.waiting.items()):
             starts = self.started_at.get(sub)
             expected[sub] = engine.expected_seconds(sub, min(starts) if starts else None)
             keep = 0 if final else engine.waiting_cap(expected[sub])
             while len(queue) > keep:
                 item, token = queue.pop()
+                self._unwait(item)
                 to_defer.append((item, token))
         if to_defer:
             self.waiting_total -= len(to_defer)
@@ -963,6 +1143,8 @@ class _Run:
         engine = self.engine
         unsent = [(item, token) for queue in self.waiting.values() for item, token in queue]
         self.waiting.clear()
+        self.team_waiting.clear()
+        self.team_waiting_subs.clear()
         self.waiting_total = 0
         if self.claiming is not None:
             with contextlib.suppress(Exception):  # a claim that failed leased nothing
@@ -970,7 +1152,7 @@ class _Run:
                 unsent += [(item, token) for item in items]
             self.claiming, self.claiming_ids = None, []
         try:
-            await asyncio.to_thread(engine.release, unsent)
+            await asyncio.to_thread(engine.through_outage, engine.release, unsent)
         except Exception:  # noqa: BLE001 - nothing more to do: their leases run out
             log.exception("could not release %d unsent deliveries; their leases run out in %s s",
                           len(unsent), engine.lease_seconds)
@@ -995,7 +1177,7 @@ class _Run:
             if not batch:
                 continue
             try:
-                await asyncio.to_thread(engine.record, batch, self.stats, recheck)
+                await asyncio.to_thread(engine.through_outage, engine.record, batch, self.stats, recheck)
             except Exception:  # noqa: BLE001
                 log.exception("could not record %d attempts already sent; they will be sent again after their "
                               "leases (%s s)", len(batch), engine.lease_seconds)

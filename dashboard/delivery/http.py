@@ -3,7 +3,6 @@ and turn whatever happens into an Outcome."""
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import functools
 import logging
@@ -13,15 +12,16 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
-
 from promesa_receiver import signing
-from .policies import Outcome
-from .targets import _is_ip, is_public
+
+from dashboard.delivery.policies import Outcome
+from dashboard.delivery.targets import PublicOnlyResolver, _is_ip, is_public
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "Promesa-Webhooks/1"
 ERROR_LENGTH = 200  # attempts.error and deliveries.last_error hold this many characters
+RESPONSE_HEADERS_BYTES = 4096  # attempts.response_headers keeps at most this much of the answer's headers
 
 
 @dataclass
@@ -29,6 +29,8 @@ class AttemptResult:
     outcome: Outcome
     duration_ms: int
     response_excerpt: str | None
+    response_headers: str | None = None
+    location: str | None = None  # a 3xx's Location, never followed: the receiver check names it
 
 
 def retry_after_seconds(value: str | None, now_unix: float) -> float | None:
@@ -68,21 +70,29 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
                allow_private: bool) -> AttemptResult:
     """Never raises: whatever one receiver answers (or a bug in reading it) is this attempt's outcome."""
     started = time.monotonic()
-    excerpt = None
+    excerpt = answer_headers = location = None
     try:
         if not allow_private and _private_literal(url):
             return AttemptResult(Outcome(error="private address refused"), 0, None)
         timeout = _timeout(attempt_timeout, connect_timeout)
         async with session.post(url, data=body, headers=headers, allow_redirects=False, timeout=timeout) as resp:
             status = resp.status
+            answer_headers = headers_text(resp.raw_headers)
             excerpt = await _excerpt(resp, excerpt_bytes)
             if 300 <= status < 400:
                 outcome = Outcome(status_code=status, error="redirect not followed")
+                location = resp.headers.get("Location")
             else:
                 outcome = Outcome(status_code=status, retry_after_seconds=retry_after_seconds(
                     resp.headers.get("Retry-After"), time.time()) if status == 429 else None)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         outcome = Outcome(error="timeout")
+    except aiohttp.ClientConnectorCertificateError as exc:  # the reason first: the stored error is short
+        outcome = Outcome(error=error_text("TLS error", _certificate_problem(exc)))
+    except aiohttp.ClientConnectorDNSError as exc:
+        outcome = Outcome(error=error_text("DNS error", f"{exc.os_error.strerror or exc} ({exc.host})"))
+    except aiohttp.ClientConnectorSSLError as exc:
+        outcome = Outcome(error=error_text("TLS error", exc.os_error))
     except aiohttp.ClientConnectorError as exc:
         outcome = Outcome(error=error_text("connection error", exc))
     except aiohttp.ClientResponseError as exc:
@@ -93,10 +103,35 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
         outcome = Outcome(error=error_text(type(exc).__name__, exc))
     except OSError as exc:
         outcome = Outcome(error=error_text("connection error", exc))
-    except Exception as exc:  # noqa: BLE001 - a bug must cost this attempt, never the drain (and every other team)
+    except Exception as exc:
         log.exception("attempt to %s failed inside Promesa", url)
         outcome = Outcome(error=error_text("internal error", exc))
-    return AttemptResult(outcome, int((time.monotonic() - started) * 1000), excerpt)
+    return AttemptResult(outcome, int((time.monotonic() - started) * 1000), excerpt, answer_headers, location)
+
+
+def headers_text(raw: tuple[tuple[bytes, bytes], ...], limit: int = RESPONSE_HEADERS_BYTES) -> str:
+    """The answer's headers as "Name: value" lines, as received, cut to `limit` bytes of UTF-8 (whole
+    lines; a cut says so). Bytes that are not UTF-8 are replaced, NUL removed (PostgreSQL text)."""
+    lines, size, more = [], 0, "[more headers not kept]"
+    budget = limit - len(more) - 1  # room for the notice too: the whole text stays within `limit`
+    for name, value in raw:
+        line = f"{name.decode('latin-1')}: {value.decode('utf-8', 'replace')}".replace("\x00", "")
+        size += len(line.encode("utf-8")) + 1
+        if size > budget:
+            lines.append(more)
+            break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def client_session(limit: int, allow_private: bool) -> aiohttp.ClientSession:
+    """The session deliveries (and receiver checks) are sent with; create it inside a running event loop."""
+    # Pooled keep-alive connections; DNS cannot steer a request inward unless private targets are allowed.
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0,
+                                     resolver=None if allow_private else PublicOnlyResolver())
+    # No cookie jar: endpoints of different teams share hosts, and a cookie one of them sets
+    # must never be sent to another (nor back to itself: a delivery is not a browsing session).
+    return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
 
 
 async def failed(exc: Exception) -> AttemptResult:
@@ -128,6 +163,12 @@ def _inflate(raw: bytes, limit: int) -> bytes | None:
         except zlib.error:
             continue
     return None
+
+
+def _certificate_problem(exc: aiohttp.ClientConnectorCertificateError) -> str:
+    """What is wrong with the receiver's certificate (self-signed, expired, another name), and where."""
+    problem = getattr(exc.certificate_error, "verify_message", None) or exc.certificate_error
+    return f"certificate verify failed: {problem} ({exc.host}:{exc.port})"
 
 
 def error_text(kind: str, detail) -> str:

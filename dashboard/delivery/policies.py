@@ -11,7 +11,7 @@ import functools
 import random
 from dataclasses import dataclass
 
-from ..models import DeliveryState
+from dashboard.models import RETRY_POLICY_NAMES, DeliveryState
 
 CLIENT_ERROR_MAX_ATTEMPTS = 3
 
@@ -93,6 +93,7 @@ class QuickThenSweepPolicy:
 
 
 POLICY_NAMES = (ExponentialPolicy.name, QuickThenSweepPolicy.name)
+assert POLICY_NAMES == RETRY_POLICY_NAMES, "the models name the same policies"
 SUCCEEDED = Decision(DeliveryState.SUCCEEDED)
 
 

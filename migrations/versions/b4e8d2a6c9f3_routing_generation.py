@@ -6,7 +6,7 @@ Create Date: 2026-12-01 19:30:00.000000
 
 A web process keeps what the routing read returned (the token's team, the subscriptions that may want a
 type, its declaration) with the generation it was read at, and its write stores the event only while the
-generation is still that one (`dashboard.routing_cache`). Any change to subscriptions, tokens, event
+generation is still that one (`dashboard.ingest.routing_cache`). Any change to subscriptions, tokens, event
 types or teams moves the generation on in the same transaction, so the write sees the change exactly
 when it would have seen the rows themselves.
 

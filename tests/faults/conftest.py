@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from dashboard import create_app
-from dashboard.clock import SystemClock
-from dashboard.extensions import db
+from dashboard.app import create_app
+from dashboard.core.clock import SystemClock
+from dashboard.core.extensions import db
 
 from ..conftest import Producer, _empty_tables
 
@@ -45,8 +45,10 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
+        self.up_args: list[str] = []  # more of `promesa up`'s options (e.g. --workers)
         cfg = app.config
         self.env = dict(os.environ, DATABASE_URL=cfg["SQLALCHEMY_DATABASE_URI"], REDIS_URL=cfg["REDIS_URL"],
+                        SECRET_KEY=cfg["SECRET_KEY"], PROMESA_ENCRYPTION_KEY=cfg["PROMESA_ENCRYPTION_KEY"],
                         PROMESA_INSTANCE_PATH=app.instance_path, PROMESA_REDIS_PREFIX=cfg["PROMESA_REDIS_PREFIX"],
                         PROMESA_QUEUE=cfg["PROMESA_QUEUE"], PROMESA_ALLOW_PRIVATE_TARGETS="1",
                         # Faults are found in seconds, not minutes: a lost lease or a flushed Redis is
@@ -56,7 +58,7 @@ class Stack:
 
     def start(self) -> None:
         log = open(self.log_path, "a")
-        self.process = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "up", "--port", str(self.port)],
+        self.process = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "up", "--port", str(self.port), *self.up_args],
                                         env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

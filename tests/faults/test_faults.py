@@ -15,14 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from dashboard.clock import utcnow
-from dashboard.sweeper import sweep_once
+from dashboard.core.clock import utcnow
+from dashboard.operations.sweeper import sweep_once
 from tests.support.pipeline import deliver_due
 from tests.support.receiver import Receiver
-from tests.test_outages import terminate_other_backends
+from tests.core.test_outages import terminate_other_backends
 
 from ..support.waiting import wait_until
-from .conftest import close_the_books, query, report, unsettled
+from tests.faults.conftest import close_the_books, query, report, unsettled
 
 # The issue's outage. Workers back off up to 5 s between tries, so a 20 s outage covers several
 # backoff steps and the first try after Redis returns.
@@ -169,7 +169,7 @@ def test_postgres_connections_terminated_mid_run(stack, producer, receiver, faul
 
 def test_a_receiver_down_past_the_schedule_then_replayed(fault_app, producer):
     """On the injected clock: eight attempts over a day and a half, against a closed port."""
-    from dashboard.clock import FrozenClock
+    from dashboard.core.clock import FrozenClock
 
     clock = FrozenClock()
     fault_app.config["CLOCK"] = clock

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dashboard.clock import unix
+from dashboard.core.clock import unix
 from dashboard.delivery.engine import DeliveryEngine
-from dashboard.queue import WorkQueue
+from dashboard.queue.work import WorkQueue
 
 
 def deliver_due(app, clock, rounds: int = 20) -> int:
@@ -13,7 +13,7 @@ def deliver_due(app, clock, rounds: int = 20) -> int:
     attempted = 0
     for _ in range(rounds):
         work.promote_due(unix(clock.now()))
-        if not work.conn.llen(work.ready_key):
+        if not work.ready_count():
             break
         attempted += DeliveryEngine(app, work, clock).drain(None, 20).attempted
     return attempted

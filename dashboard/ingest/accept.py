@@ -1,0 +1,552 @@
+"""Accepting events: validate, store the event and one delivery per matching subscription
+in one transaction, and only then hand the delivery ids to the work queue."""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import functools
+import json
+import logging
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from flask import current_app
+from sqlalchemy import (
+    DateTime,
+    String,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    cast,
+    func,
+    insert,
+    literal_column,
+    null,
+    or_,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, array
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from dashboard.core.clock import iso
+from dashboard.core.extensions import db
+from dashboard.core.ids import new_ids
+from dashboard.core.validation import (
+    MAX_DATA_DEPTH,
+    ApiError,
+    compact_json,
+    expired_token,
+    invalid_token,
+    nesting_depth,
+    parse_time,
+)
+from dashboard.ingest import autocommit, catalog, quotas
+from dashboard.ingest.routing_cache import GENERATION, STILL_CURRENT, Lookup, ReadAgain
+from dashboard.models import (
+    ApiToken,
+    Delivery,
+    DeliveryState,
+    Event,
+    EventType,
+    Subscription,
+    SubscriptionState,
+    Team,
+)
+from dashboard.queue import handoff
+from dashboard.queue.work import work_item
+from dashboard.schemas import EventInput
+
+log = logging.getLogger(__name__)
+
+
+def validate_event(event: EventInput, cap: int) -> str:
+    """What the schema cannot say about an event's data: no NaN or Infinity, at most `cap` bytes and
+    MAX_DATA_DEPTH levels. Returns data as compact JSON (sized here, reused in the body)."""
+    data_json = compact_json(event.data, "data")
+    size = len(data_json.encode("utf-8"))
+    if size > cap:
+        raise ApiError(413, f"data is {size} bytes; the cap is {cap} bytes (send ids and versions, not content)")
+    # Each level takes at least two characters: short data cannot be too deep, and is not walked.
+    if len(data_json) > 2 * MAX_DATA_DEPTH and (depth := nesting_depth(event.data)) > MAX_DATA_DEPTH:
+        raise ApiError(422, f"data is nested {depth} levels deep; at most {MAX_DATA_DEPTH} (thin events carry "
+                            "ids and versions)")
+    return data_json
+
+
+def wants(sub, event_type: str, version: int) -> bool:
+    """Does the subscription (or its routing row: event_types, event_versions) take this type at this version?"""
+    pinned = (sub.event_versions or {}).get(event_type)
+    return (pinned is None or pinned == version) and any(fnmatch.fnmatchcase(event_type, p) for p in sub.event_types)
+
+
+def resource_id_of(data: dict) -> str | None:
+    """data.resource_id as the searchable events.resource_id: a string or number of at most 200 characters."""
+    value = data.get("resource_id")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    value = str(value)
+    return value if len(value) <= 200 else None
+
+
+_json_str = json.encoder.encode_basestring_ascii  # how json.dumps writes a string (ensure_ascii)
+
+
+def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data_json: str) -> str:
+    """The same text as json.dumps({"id", "type", "version", "timestamp", "data"}, separators=(",", ":")),
+    around the data JSON that validation already made."""
+    return (f'{{"id":{_json_str(event_id)},"type":{_json_str(event_type)},"version":{version},'
+            f'"timestamp":{_json_str(timestamp)},"data":{data_json}}}')
+
+
+# Built once (ingest runs them on every request): what routing needs of each subscription, and the
+# event a repeated Idempotency-Key names.
+_ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions) \
+    .where(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None))
+# On PostgreSQL only (migration f2c6a8d1e4b7): a stored column the model does not map, so SQLite has none.
+_ROUTE_KEYS = literal_column("subscriptions.route_keys", ARRAY(Text))
+
+
+# For one event type: only the subscriptions that can want it, i.e. that name it exactly or have a pattern
+# (a '*', '?' or '[' inside a string of their JSON list); `wants` still decides. A team with a thousand
+# subscriptions, each for its own type, sent all of them to Python on every request.
+def _may_want_the_type(team_id, indexed: bool):
+    """On PostgreSQL (`indexed`), through ix_subscriptions_route_keys: a subscription's keys are "<team> <type>",
+    or "<team> *" for a pattern (migrations e8c4a1f7b2d9, f2c6a8d1e4b7), so only the subscriptions that may
+    want the type are read, not every one of the team's; the team is in the key. The keys are stored, computed
+    when a subscription is written. Elsewhere, LIKE on the team's JSON lists."""
+    if indexed:
+        team = cast(team_id, Text) + " "
+        return and_(_ROUTE_KEYS.op("&&")(array([team + bindparam("name", type_=Text), team + "*"])),
+                    Subscription.deleted_at.is_(None))  # the index's own condition
+    return and_(Subscription.team_id == team_id, Subscription.deleted_at.is_(None), or_(
+        cast(Subscription.event_types, Text).like(bindparam("type_pattern"), escape="/"),
+        *(cast(Subscription.event_types, Text).like(pattern) for pattern in ('%*%', '%?%', '%"%[%'))))
+
+
+# (on PostgreSQL) -> the statement
+_ROUTING_ONE_TYPE = {indexed: select(*_ROUTING.selected_columns).where(
+    _may_want_the_type(bindparam("team_id"), indexed)) for indexed in (False, True)}
+
+
+def _indexed_routing() -> bool:
+    return db.engine.dialect.name == "postgresql"
+
+
+class BearerToken(NamedTuple):
+    """A producer's token (its digest) not looked up yet: the routing statement finds its team."""
+    digest: str
+
+
+class Caller(NamedTuple):
+    """The producing team, as ingest needs it (and, read by token, when the token expires)."""
+    id: int
+    strict_event_types: bool
+    token_expires_at: dt.datetime | None = None
+
+
+# Whose routing: a team, or the team a live token names (no row then means no such token).
+# The expiry is read, not filtered on: what is kept must still refuse a token once it has expired.
+_CALLER_BY_TEAM = select(Team.id.label("team_id"), Team.strict_event_types.label("strict"),
+                         cast(null(), DateTime).label("expires_at")) \
+    .where(Team.id == bindparam("team_id")).subquery("caller")
+_CALLER_BY_TOKEN = select(ApiToken.team_id.label("team_id"), Team.strict_event_types.label("strict"),
+                          ApiToken.expires_at.label("expires_at")) \
+    .join(Team, Team.id == ApiToken.team_id) \
+    .where(ApiToken.token_sha256 == bindparam("digest"), ApiToken.revoked_at.is_(None)).subquery("caller")
+
+
+def _routed_and_declared(caller, exact: bool, indexed: bool):
+    """The caller, the routing of one type and its declaration in the catalog (`exact`: of the asked version,
+    else the latest) as one statement: one row per subscription that may want the type, each carrying the
+    caller and the declaration (or NULLs), or a single row when none may; no row when there is no caller.
+    Outer joins from the caller's one row, so that either side may be missing."""
+    declared = EventType.__table__.alias("declared")
+    version = bindparam("version") if exact else select(func.max(EventType.version)).where(
+        EventType.team_id == caller.c.team_id, EventType.name == bindparam("name")).scalar_subquery()
+    return select(caller.c.team_id, caller.c.strict, caller.c.expires_at.label("token_expires_at"),
+                  declared.c.name.label("declared_name"),
+                  declared.c.version.label("declared_version"), declared.c.schema.label("declared_schema"),
+                  *_ROUTING.selected_columns, *([GENERATION] if indexed else [])).select_from(
+        caller.outerjoin(declared, and_(declared.c.team_id == caller.c.team_id, declared.c.name == bindparam("name"),
+                                        declared.c.version == version))
+        .outerjoin(Subscription, _may_want_the_type(caller.c.team_id, indexed)))
+
+
+# (read by token, version asked, on PostgreSQL) -> the statement
+_ROUTED_AND_DECLARED = {(by_token, exact, indexed): _routed_and_declared(
+    _CALLER_BY_TOKEN if by_token else _CALLER_BY_TEAM, exact, indexed)
+    for by_token in (False, True) for exact in (False, True) for indexed in (False, True)}
+
+
+class Declared(NamedTuple):
+    """An event type's declaration as catalog.resolve reads it."""
+    name: str
+    version: int
+    schema: dict
+
+
+def _type_pattern(event_type: str) -> str:
+    quoted = json.dumps(event_type)  # as the JSON list spells it
+    return "%" + quoted.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+
+
+def _one_type_params(event_type: str, indexed: bool) -> dict:
+    """What _may_want_the_type asks for: the type's name for the route keys, or its LIKE pattern."""
+    return {"name": event_type} if indexed else {"name": event_type, "type_pattern": _type_pattern(event_type)}
+
+
+def _routing(team_id: int, event_types: set[str]) -> list:
+    """What routing needs of each subscription that may want one of these event types."""
+    if len(event_types) == 1:
+        indexed = _indexed_routing()
+        return autocommit.read(_ROUTING_ONE_TYPE[indexed],
+                                {"team_id": team_id} | _one_type_params(next(iter(event_types)), indexed))
+    return autocommit.read(_ROUTING, {"team_id": team_id})
+
+
+def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None, lookup: Lookup
+                             ) -> tuple[list, Declared | None, Caller]:
+    """_routing for one event type, the declaration catalog.resolve would read for it (the asked version's,
+    or the latest) and the producing team, in one round trip instead of three: a request usually carries
+    one event, of one type. 401 when `producer` is a token that names no team (unknown or revoked).
+    On PostgreSQL the answer is kept, and a later request may take it from `lookup` (see routing_cache)."""
+    by_token, indexed = isinstance(producer, BearerToken), _indexed_routing()
+    key = (producer if by_token else producer.id, event_type, version)
+    kept = lookup.kept(key)
+    if kept is not None:
+        return _unexpired(kept)
+    params = _one_type_params(event_type, indexed) \
+        | ({"digest": producer.digest} if by_token else {"team_id": producer.id}) \
+        | ({} if version is None else {"version": version})
+    # Core, not the ORM session: this runs on every request, and returns plain rows anyway.
+    rows = autocommit.read(_ROUTED_AND_DECLARED[by_token, version is not None, indexed], params)
+    if not rows:
+        raise invalid_token()
+    first = rows[0]
+    declared = None if first.declared_version is None else \
+        Declared(first.declared_name, first.declared_version, first.declared_schema)
+    answer = [row for row in rows if row.id is not None], declared, \
+        Caller(first.team_id, first.strict, first.token_expires_at)
+    lookup.keep(key, answer, first.routing_generation if indexed else None)
+    return _unexpired(answer)
+
+
+def _unexpired(answer: tuple) -> tuple:
+    """401 for a token past its expiry (checked on every request: expiring moves no routing generation)."""
+    expires_at = answer[2].token_expires_at
+    if expires_at is not None and expires_at <= current_app.config["CLOCK"].now():
+        raise expired_token(expires_at)
+    return answer
+
+
+_EVENT_KEY = select(Event.key).where(Event.key == bindparam("key"))
+_EVENTS_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"),
+                                    Event.id.in_(bindparam("ids", expanding=True)))
+_EVENT_BY_ID = select(Event).where(Event.team_id == bindparam("team_id"), Event.id == bindparam("id"))
+_BY_IDEMPOTENCY_KEY = select(Event).where(Event.team_id == bindparam("team_id"),
+                                          Event.idempotency_key == bindparam("key"))
+
+
+def _stored_events(team: Team, event_ids: list[str]) -> dict[str, Event]:
+    """The team's already stored events among these ids, in one query rather than one per event."""
+    if not event_ids:
+        return {}
+    return {e.id: e for e in db.session.scalars(_EVENTS_BY_ID, {"team_id": team.id, "ids": list(set(event_ids))})}
+
+
+def _existing(team: Team, event_id: str | None, idempotency_key: str | None,
+              stored: dict[str, Event] | None = None) -> Event | None:
+    """The event a key or id already names. `stored`: the batch's ids already looked up (_stored_events)."""
+    if idempotency_key:
+        found = db.session.scalar(_BY_IDEMPOTENCY_KEY, {"team_id": team.id, "key": idempotency_key})
+        if found:
+            return found
+    if event_id:
+        return stored.get(event_id) if stored is not None else team_event(team, event_id)
+    return None
+
+
+def team_event(team: Team, event_id: str) -> Event | None:
+    """The team's event with this id. Ids are unique per team: another team's event with the same id is
+    another event, and never found from here."""
+    return db.session.scalar(_EVENT_BY_ID, {"team_id": team.id, "id": event_id})
+
+
+@dataclass(frozen=True)
+class Accepted:
+    id: str
+    deliveries: int
+    duplicate: bool
+
+
+def ingest(producer: Team | BearerToken, event: EventInput, idempotency_key: str | None = None) -> Accepted:
+    """Store one event and its deliveries (or find the first one, for a repeated key or id). `producer`: the
+    team, or the request's token, which the routing statement then checks (401 if it names no team)."""
+    if idempotency_key is not None and (not 0 < len(idempotency_key) <= 255 or "\x00" in idempotency_key):
+        raise ApiError(400, "Idempotency-Key must be 1 to 255 characters, without NUL characters")
+    return ingest_many(producer, [event], idempotency_key, numbered=False)[0]
+
+
+def ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempotency_key: str | None = None,
+                numbered: bool = True, only: tuple[str, bool] | None = None) -> list[Accepted]:
+    """Validate every event first, then store them all and their deliveries in one transaction,
+    then enqueue. One bad event rejects the whole batch: nothing is stored half-way.
+    `only`: (subscription id, active): deliver to that one subscription alone, whatever its filters
+    and the catalog say (a test event). A BearerToken for `team` only with events of one type and version."""
+    lookup = Lookup(autocommit.routing_cache() if autocommit.in_autocommit() else None)
+    admitted: list[bool] = []  # the quota is taken once, even when the request is read again
+    try:
+        return _ingest_many(team, events_in, idempotency_key, numbered, only, lookup, admitted)
+    except ReadAgain as again:
+        if again.changed:
+            lookup.stale()
+    except quotas.QuotaExceeded:
+        raise  # refused on the team alone: a fresh read of the routing would not change it
+    except ApiError:
+        if lookup.generation is None or lookup.writing:
+            raise
+    # The routing kept had changed, or refused the request: answer from a fresh read instead.
+    return _ingest_many(team, events_in, idempotency_key, numbered, only, Lookup(None), admitted)
+
+
+def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempotency_key: str | None,
+                 numbered: bool, only: tuple[str, bool] | None, lookup: Lookup, admitted: list[bool]) -> list[Accepted]:
+    def at(index: int, exc: ApiError) -> ApiError:
+        """In a batch, an error names the event it is about."""
+        return ApiError(exc.status, f"events[{index}]: {exc.message}") if numbered else exc
+
+    cap = current_app.config["PROMESA_MAX_DATA_BYTES"]
+    checked = []
+    for index, event in enumerate(events_in):
+        try:
+            checked.append((event.type, event.data, event.id, event.version, validate_event(event, cap),
+                            parse_time(event.timestamp, "timestamp")))
+        except ApiError as exc:
+            raise at(index, exc) from None
+
+    now = current_app.config["CLOCK"].now()
+    now_iso = iso(now)
+    event_types = {c[0] for c in checked}
+    declarations: dict[tuple, Declared | None] = {}  # (type, asked version) -> read with the routing
+    if only is not None:
+        subscriptions = []
+    elif len(event_types) == 1 and len(asked := {c[3] for c in checked}) == 1:
+        key = (next(iter(event_types)), next(iter(asked)))
+        subscriptions, declarations[key], team = _routing_and_declaration(team, *key, lookup)
+    else:
+        subscriptions = _routing(team.id, event_types)
+    stored = _stored_events(team, [c[2] for c in checked if c[2]])
+    # (type, asked version) -> (version, declaration, [(subscription id, active)] that want it): once per batch
+    plans: dict[tuple, tuple] = {}
+    results: list[Accepted | None] = []
+    seen: dict[str, int] = {}  # an id repeated inside the batch is a duplicate of its first appearance
+    # Every new event gets a key (unique across teams); one the producer did not name takes it as its id too.
+    fresh_keys = iter(new_ids("evt", len(checked)))
+    events, promised = [], []  # promised: (event key, subscription id, active), one per delivery
+    for index, (event_type, data, event_id, version, data_json, occurred_at) in enumerate(checked):
+        if event_id in seen:
+            results.append(None)
+            continue
+        existing = _existing(team, event_id, idempotency_key, stored)
+        if existing is not None:
+            results.append(Accepted(existing.id, len(existing.deliveries), True))
+            continue
+        plan = plans.get((event_type, version))
+        if plan is None and only is not None:
+            plan = plans[(event_type, version)] = (version or 1, None, [only])
+        if plan is None:
+            if (event_type, version) in declarations:
+                published, declared = catalog.published(team, event_type, version, declarations[(event_type, version)])
+            else:
+                published, declared = catalog.resolve(team, event_type, version)
+            targets = [(sub.id, sub.state == SubscriptionState.ACTIVE) for sub in subscriptions
+                       if wants(sub, event_type, published)]
+            plan = plans[(event_type, version)] = (published, declared, targets)
+        version, declared, targets = plan
+        if declared is not None:
+            try:
+                catalog.validate_data(declared, data)
+            except ApiError as exc:
+                raise at(index, exc) from None
+        key = next(fresh_keys)
+        event_id = event_id or key
+        seen[event_id] = index
+        events.append({"key": key, "id": event_id, "type": event_type, "version": version, "data": data,
+                       "resource_id": resource_id_of(data),
+                       "body": thin_body(event_id, event_type, version,
+                                         now_iso if occurred_at is None else iso(occurred_at), data_json),
+                       "occurred_at": occurred_at or now})
+        promised.extend((key, subscription_id, active) for subscription_id, active in targets)
+        results.append(Accepted(event_id, len(targets), False))
+    deliveries, ready = [], []
+    for (event_key, subscription_id, active), delivery_id in zip(promised, new_ids("dlv", len(promised))):
+        deliveries.append({"id": delivery_id, "event_key": event_key, "subscription_id": subscription_id,
+                           "state": DeliveryState.PENDING if active else DeliveryState.HELD})
+        if active:
+            ready.append(work_item(subscription_id, delivery_id))
+    if not events and lookup.generation is not None:
+        raise ReadAgain(changed=False)  # duplicates only: no write checks the kept routing (a revoked token)
+    if events and only is None and not admitted:
+        # A test event (`only`) has its own quota (subscriptions.service.send_test_event).
+        quotas.admit(team.id, len(events), len(deliveries))
+        admitted.append(True)
+    if events:
+        lookup.writing = True
+        try:
+            store_once(events, {"team_id": team.id, "idempotency_key": idempotency_key, "created_at": now},
+                       deliveries, {"attempt_count": 0, "retry_base": 0, "next_attempt_at": now,
+                                    "created_at": now, "updated_at": now}, lookup.generation)
+        except IntegrityError:
+            db.session.rollback()
+            if numbered:
+                raise ApiError(409, "another request stored one of these event ids at the same moment; "
+                                    "send the batch again (ids already stored come back as duplicates)") from None
+            # Two requests with the same key or id raced: the first one won, answer with it.
+            existing = _existing(team, checked[0][2], idempotency_key)
+            if existing is None:
+                raise
+            return [Accepted(existing.id, len(existing.deliveries), True)]
+    handoff.enqueue(ready, team_id=team.id)
+    for i, result in enumerate(results):
+        if result is None:  # repeated inside the batch: the first one's answer, marked as a duplicate
+            first = results[seen[checked[i][2]]]
+            results[i] = Accepted(first.id, first.deliveries, True)
+    return results
+
+
+def _how_to_send(table: Table, name: str, dialect):
+    """A column's bind processor (None, or e.g. dict -> psycopg Json) and the SQL type to cast its value to.
+    Strings are cast to unbounded VARCHAR, so that a value too long for its column fails as in a plain
+    INSERT (a cast to VARCHAR(n) would cut it short)."""
+    kind = table.c[name].type.dialect_impl(dialect)
+    return kind.bind_processor(dialect), String() if isinstance(kind, String) else kind
+
+
+class _InsertPlan(NamedTuple):
+    """A one-statement INSERT and how to send its values: the values every row shares come first, then
+    one array per column (INSERT ... SELECT FROM unnest), or, for a single row, one value per column;
+    last, when `guarded`, the routing generation the rows were planned at (routing_cache)."""
+    sql: str
+    row_processors: list
+    same_processors: list
+    one_row: bool
+    guarded: bool
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_plan(table: Table, row_names: tuple[str, ...], same_names: tuple[str, ...], dialect,
+                 one_row: bool, guarded: bool = False) -> _InsertPlan | None:
+    """Built once per table, columns, shape and guard. None when a column with a Python-side default is
+    missing (the executemany fills it in per row). `guarded`: rows are written only while the routing
+    generation is still the one given last."""
+    if any(c.default is not None and c.name not in (*row_names, *same_names) for c in table.c):
+        return None
+    row_processors, row_sql, same_processors, same_sql = [], [], [], []
+    for name in row_names:
+        process, sql_type = _how_to_send(table, name, dialect)
+        row_processors.append(process)
+        row_sql.append(f"%b::{(sql_type if one_row else ARRAY(sql_type)).compile(dialect=dialect)}")
+    for name in same_names:
+        process, sql_type = _how_to_send(table, name, dialect)
+        same_processors.append(process)
+        same_sql.append(f"%b::{sql_type.compile(dialect=dialect)}")
+    quote = dialect.identifier_preparer.quote
+    columns = ", ".join(quote(n) for n in (*same_names, *row_names))
+    if one_row:
+        # psycopg dumps an array at several times a value's cost, and a single event is one row of each table.
+        values = ', '.join([*same_sql, *row_sql])
+        sql = f"INSERT INTO {quote(table.name)} ({columns}) " + \
+            (f"SELECT {values}{STILL_CURRENT}" if guarded else f"VALUES ({values})")
+    else:
+        sql = (f"INSERT INTO {quote(table.name)} ({columns}) "
+               f"SELECT {', '.join([*same_sql, 'given.*'])} FROM unnest({', '.join(row_sql)}) AS given"
+               + (STILL_CURRENT if guarded else ""))
+    return _InsertPlan(sql, row_processors, same_processors, one_row, guarded)
+
+
+def _plan_for(table: Table, rows: list[dict], same: dict, guarded: bool = False) -> _InsertPlan | None:
+    dialect = db.engine.dialect
+    if (dialect.name, dialect.driver) == ("postgresql", "psycopg"):
+        return _insert_plan(table, tuple(rows[0]), tuple(same), dialect, len(rows) == 1, guarded)
+    return None
+
+
+def _sent(values, processors) -> list:
+    return [process(value) if process else value for value, process in zip(values, processors)]
+
+
+def _insert_parameters(plan: _InsertPlan, rows: list[dict], same: dict, generation: int | None = None) -> tuple:
+    guard = (generation,) if plan.guarded else ()
+    if plan.one_row:
+        return (*_sent(same.values(), plan.same_processors), *_sent(rows[0].values(), plan.row_processors), *guard)
+    arrays = [[process(row[name]) for row in rows] if process else [row[name] for row in rows]
+              for name, process in zip(rows[0], plan.row_processors)]
+    return (*_sent(same.values(), plan.same_processors), *arrays, *guard)
+
+
+def insert_rows(table: Table, rows: list[dict], same: dict) -> None:
+    """INSERT rows (dicts with the same keys), each with the values in `same` too: one statement on
+    PostgreSQL (psycopg), an executemany elsewhere."""
+    plan = _plan_for(table, rows, same)
+    if plan is None:
+        autocommit.connection().execute(insert(table), [row | same for row in rows])
+        return
+    # An executemany is one INSERT per row, and that per-row work (SQLAlchemy, psycopg, the protocol, the
+    # executor) dominates a batch, here and in PostgreSQL. Instead: INSERT ... SELECT FROM
+    # unnest() of one array per column (one value per column for a single row), in psycopg's binary format
+    # (%b: no text quoting of each element); the values every row shares are sent once.
+    autocommit.write(plan.sql, _insert_parameters(plan, rows, same))
+
+
+def insert_events(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict,
+                  generation: int | None = None) -> None:
+    """Store events and their deliveries. On PostgreSQL one statement does both (the events' INSERT in a
+    WITH): one round trip, and atomic on its own, so ingest needs no transaction around it (ingest.autocommit).
+    `generation`: the routing generation they were planned at (PostgreSQL); if it has moved on, nothing is
+    stored and ReadAgain is raised."""
+    guarded = generation is not None
+    plans = [_plan_for(Event.__table__, events, events_same, guarded)]
+    if deliveries:
+        plans.append(_plan_for(Delivery.__table__, deliveries, deliveries_same, guarded))
+    if None in plans:
+        if guarded:  # (every column is given, so not expected) unguarded, it could store what was routed stale
+            raise ReadAgain(changed=False)
+        insert_rows(Event.__table__, events, events_same)
+        if deliveries:
+            insert_rows(Delivery.__table__, deliveries, deliveries_same)
+        return
+    if len(plans) == 1:
+        written = autocommit.write(plans[0].sql, _insert_parameters(plans[0], events, events_same, generation))
+    else:  # both statements see the same generation: both write, or neither does
+        written = autocommit.write(f"WITH stored_events AS ({plans[0].sql}) {plans[1].sql}",
+                                    (*_insert_parameters(plans[0], events, events_same, generation),
+                                     *_insert_parameters(plans[1], deliveries, deliveries_same, generation)))
+    if guarded and written == 0:
+        raise ReadAgain(changed=True)
+
+
+def store_once(events: list[dict], events_same: dict, deliveries: list[dict], deliveries_same: dict,
+               generation: int | None = None) -> None:
+    """insert_events and commit, exactly once even when the connection dies under the write.
+
+    Whether a write whose connection was lost (a backend terminated, a failover) was stored is
+    unknown to the client: the statement may have committed (in autocommit it commits as it runs)
+    or not. The keys were made before the write, so a look on a new connection tells which, and
+    the write runs again only if nothing was stored."""
+    def write():
+        insert_events(events, events_same, deliveries, deliveries_same, generation)
+        autocommit.commit()
+
+    try:
+        write()
+    except DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+        autocommit.discard()
+        stored = bool(autocommit.read(_EVENT_KEY, {"key": events[0]["key"]}))
+        log.warning("ingest: the database connection was lost under the write (%s); %s", type(error.orig).__name__,
+                    "it had been stored" if stored else "writing it again on a new connection")
+        if not stored:
+            write()

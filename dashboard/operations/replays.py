@@ -1,0 +1,355 @@
+"""Dead letters across subscriptions, and bulk replay (or discard) as a job with progress.
+
+A replay is a row (`models.Replay`): who asked, the filter, how many matched, how far it got.
+`start()` stores it and, after the commit, enqueues `run(replay_id)` on the workers' RQ queue; the
+job re-queues the matching dead letters in chunks with `subscriptions.restart` (the same code as a
+one-subscription replay), stamping each with the replay's id so its outcomes can be counted live.
+A second `start()` with the same filter while one is queued or running returns that one.
+A discard is the same job (a row of kind "discard"): its chunks end the dead letters `discarded`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import logging
+import re
+
+import redis
+from flask import current_app
+from sqlalchemy import func, or_, select, tuple_, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import joinedload, selectinload
+
+from dashboard import audit
+from dashboard.core.clock import iso
+from dashboard.core.extensions import db
+from dashboard.core.validation import TYPE_PATTERN, ApiError, parse_id, parse_time
+from dashboard.models import (
+    Delivery,
+    DeliveryState,
+    Event,
+    Replay,
+    ReplayKind,
+    ReplayState,
+    Subscription,
+)
+from dashboard.operations import notifications
+from dashboard.schemas import MAX_SELECTED_DEAD_LETTERS
+from dashboard.queue.work import WorkQueue
+from dashboard.subscriptions import service as subscription_service
+
+log = logging.getLogger(__name__)
+
+_TYPE_NAME = re.compile(TYPE_PATTERN)
+_STATUS_CODE = re.compile(r"^[1-5]\d\d$")
+_STATUS_CLASS = re.compile(r"^([1-5])xx$")
+MAX_SELECTED = MAX_SELECTED_DEAD_LETTERS
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which dead letters: every field narrows; an empty filter means all of them."""
+
+    subscription_id: str | None = None
+    team_id: int | None = None
+    event_types: tuple[str, ...] = ()
+    since: dt.datetime | None = None  # dead-lettered at or after
+    until: dt.datetime | None = None  # dead-lettered before
+    result: str | None = None  # last status code ("503"), a class ("5xx") or an error's start ("timeout")
+    delivery_ids: tuple[str, ...] = ()  # "replay selected"
+    hidden_team_id: int | None = None  # never this team's (operators never reach the system team's sinks)
+
+    def __post_init__(self):
+        if self.since and self.until and self.since >= self.until:  # well-formed, but an empty window
+            raise ApiError(422, "since must be before until")
+        for t in self.event_types:
+            if not isinstance(t, str) or not _TYPE_NAME.match(t):
+                raise ApiError(400, f"event_types must be event type names, not {t!r}")
+        if self.result is not None and (not isinstance(self.result, str) or not 0 < len(self.result) <= 200):
+            raise ApiError(400, "result must be a status code (503), a class (5xx) or the start of an error")
+        if len(self.delivery_ids) > MAX_SELECTED:
+            raise ApiError(400, f"select at most {MAX_SELECTED} deliveries at a time")
+
+    @classmethod
+    def from_args(cls, args) -> DeadLetterFilter:
+        """From the dashboard's query string or form (empty fields mean "any")."""
+        team = parse_id(args.get("team"), "team")
+        event_type = (args.get("event_type") or "").strip()
+        return cls(subscription_id=(args.get("subscription") or "").strip() or None,
+                   team_id=team,
+                   event_types=(event_type,) if event_type else (),
+                   since=parse_time(args.get("since"), "since"), until=parse_time(args.get("until"), "until"),
+                   result=(args.get("result") or "").strip() or None)
+
+    @classmethod
+    def from_json(cls, data: dict) -> DeadLetterFilter:
+        return cls(subscription_id=data.get("subscription_id"), team_id=data.get("team_id"),
+                   event_types=tuple(data.get("event_types", ())),
+                   since=parse_time(data.get("since"), "since"), until=parse_time(data.get("until"), "until"),
+                   result=data.get("result"), delivery_ids=tuple(data.get("delivery_ids", ())),
+                   hidden_team_id=data.get("hidden_team_id"))
+
+    def as_json(self) -> dict:
+        out = {"subscription_id": self.subscription_id, "team_id": self.team_id,
+               "event_types": list(self.event_types) or None, "since": iso(self.since), "until": iso(self.until),
+               "result": self.result, "delivery_ids": sorted(self.delivery_ids) or None,
+               "hidden_team_id": self.hidden_team_id}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def as_args(self) -> dict:
+        """The query string that shows this filter on the dead-letters page."""
+        fmt = "%Y-%m-%dT%H:%M"
+        out = {"subscription": self.subscription_id, "team": self.team_id,
+               "event_type": self.event_types[0] if self.event_types else None,
+               "since": self.since.strftime(fmt) if self.since else None,
+               "until": self.until.strftime(fmt) if self.until else None, "result": self.result}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(self.as_json(), sort_keys=True).encode()).hexdigest()
+
+    def where(self, visible_teams=None) -> list:
+        """WHERE clauses for the dead deliveries this filter means; `visible_teams` is a clause on
+        Subscription.team_id limiting which teams' subscriptions count (None: every team)."""
+        clauses = [Delivery.state == DeliveryState.DEAD]
+        if self.subscription_id:
+            clauses.append(Delivery.subscription_id == self.subscription_id)
+        team_clauses = [c for c in (visible_teams,) if c is not None]
+        if self.team_id is not None:
+            team_clauses.append(Subscription.team_id == self.team_id)
+        if self.hidden_team_id is not None:
+            team_clauses.append(Subscription.team_id != self.hidden_team_id)
+        if team_clauses:
+            clauses.append(Delivery.subscription_id.in_(select(Subscription.id).where(*team_clauses)))
+        if self.event_types:
+            clauses.append(Delivery.event.has(Event.type.in_(self.event_types)))
+        if self.since:
+            clauses.append(Delivery.dead_lettered_at >= self.since)
+        if self.until:
+            clauses.append(Delivery.dead_lettered_at < self.until)
+        if self.result:
+            clauses.append(_result_clause(self.result))
+        if self.delivery_ids:
+            clauses.append(Delivery.id.in_(self.delivery_ids))
+        return clauses
+
+
+def _result_clause(result: str):
+    if _STATUS_CODE.match(result):
+        return Delivery.last_status_code == int(result)
+    if match := _STATUS_CLASS.match(result):
+        low = int(match.group(1)) * 100
+        return Delivery.last_status_code.between(low, low + 99)
+    escaped = result.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return Delivery.last_error.like(escaped + "%", escape="\\")
+
+
+# -- the dead-letters page ---------------------------------------------------------------------
+def count(where: list) -> int:
+    return db.session.scalar(select(func.count()).select_from(Delivery).where(*where))
+
+
+def page(where: list, before: str | None, limit: int) -> tuple[list[Delivery], str | None]:
+    """Newest dead letters first, `limit` at a time; `before` is the previous page's cursor."""
+    query = select(Delivery).where(*where).options(
+        joinedload(Delivery.event).load_only(Event.type), selectinload(Delivery.subscription))
+    if before:
+        at, _, delivery_id = before.partition("|")
+        try:
+            at = dt.datetime.fromisoformat(at)
+        except ValueError:
+            raise ApiError(400, "before must be a cursor from the previous page") from None
+        query = query.where(tuple_(Delivery.dead_lettered_at, Delivery.id) < tuple_(at, delivery_id))
+    rows = db.session.scalars(query.order_by(Delivery.dead_lettered_at.desc(), Delivery.id.desc())
+                              .limit(limit + 1)).all()
+    shown = rows[:limit]
+    cursor = f"{shown[-1].dead_lettered_at.isoformat()}|{shown[-1].id}" if len(rows) > limit else None
+    return shown, cursor
+
+
+# -- starting, running, cancelling -----------------------------------------------------------------
+def active_with(key: str) -> Replay | None:
+    return db.session.scalar(select(Replay).where(Replay.filter_key == key, Replay.state.in_(ReplayState.ACTIVE)))
+
+
+def job_key(dead: DeadLetterFilter, kind: str) -> str:
+    """A job's filter key: a replay's is the filter's own (as stored before discards existed)."""
+    if kind == ReplayKind.REPLAY:
+        return dead.key()
+    return hashlib.sha256(f"{kind}:{dead.key()}".encode()).hexdigest()
+
+
+def start(dead: DeadLetterFilter, kind: str = ReplayKind.REPLAY) -> tuple[Replay, bool]:
+    """Store a replay (or a discard) of the dead letters matching `dead` and enqueue its job; (replay, started).
+    If one of the same kind and filter is queued or running, that one is returned (started False).
+    The caller has already narrowed `dead` to what the actor may operate."""
+    sub = db.session.get(Subscription, dead.subscription_id) if dead.subscription_id else None
+    if sub is not None and (dead.team_id is not None and sub.team_id != dead.team_id
+                            or dead.hidden_team_id is not None and sub.team_id == dead.hidden_team_id):
+        raise ApiError(404, "no such subscription")  # outside what the actor may operate: it does not exist
+    if sub is not None and dead.team_id is None:  # one spelling per filter, so a second click finds the first
+        dead = dataclasses.replace(dead, team_id=sub.team_id)
+    key = job_key(dead, kind)
+    running = active_with(key)
+    if running is not None:
+        return running, False
+    now = current_app.config["CLOCK"].now()
+    total = count(dead.where() + [Delivery.dead_lettered_at <= now])
+    job, (actor_kind, name) = kind, audit.current_actor()
+    replay = Replay(kind=job, actor_kind=actor_kind, actor=name, filter=dead.as_json(), filter_key=key, total=total,
+                    done=0, succeeded=0, failed=0, created_at=now,
+                    team_id=sub.team_id if sub is not None else dead.team_id,
+                    subscription_id=sub.id if sub is not None else None,
+                    state=ReplayState.QUEUED if total else ReplayState.FINISHED,
+                    finished_at=None if total else now)
+    db.session.add(replay)
+    try:
+        db.session.flush()
+    except IntegrityError:  # the same filter was started by a concurrent click: show that one
+        db.session.rollback()
+        return active_with(key), False
+    _record(replay, f"{replay.kind}.started", deliveries=total, detail=replay.filter)
+    if not total:
+        on_finished(replay)
+    db.session.commit()
+    if total:  # after the commit: the job must find its row
+        try:
+            WorkQueue.for_app().rq.enqueue("dashboard.operations.replays.run", replay.id, job_id=f"replay-{replay.id}",
+                                           job_timeout=6 * 3600, result_ttl=86400, failure_ttl=7 * 86400)
+        except (redis.RedisError, OSError) as exc:  # say so on the replay's page; never leave it queued forever
+            log.warning("could not enqueue replay %s", replay.id, exc_info=True)
+            _end(replay.id, ReplayState.FAILED, error=f"could not reach the workers' queue: {exc}"[:500])
+    return replay, True
+
+
+def run(replay_id: str) -> dict:
+    """The RQ job: re-queue the replay's dead letters chunk by chunk, moving `done` after each, until
+    none is left or someone cancels it. Failures mark the row failed, then propagate to RQ."""
+    clock = current_app.config["CLOCK"]
+    chunk = current_app.config["PROMESA_REPLAY_CHUNK"]
+    try:
+        claimed = db.session.execute(
+            update(Replay).where(Replay.id == replay_id, Replay.state == ReplayState.QUEUED)
+            .values(state=ReplayState.RUNNING, started_at=clock.now())).rowcount
+        db.session.commit()
+        if not claimed:  # cancelled before it started, or another worker has it
+            return {"replay": replay_id, "ran": False}
+        replay = db.session.get(Replay, replay_id)
+        # Only what was dead when it was asked for, and never the same delivery twice.
+        where = DeadLetterFilter.from_json(replay.filter).where() + [
+            Delivery.dead_lettered_at <= replay.created_at,
+            or_(Delivery.replay_id.is_(None), Delivery.replay_id != replay_id)]
+        while True:
+            ids = db.session.scalars(select(Delivery.id).where(*where)
+                                     .order_by(Delivery.dead_lettered_at, Delivery.id).limit(chunk)).all()
+            if not ids:
+                break
+            if replay.kind == ReplayKind.DISCARD:
+                restarted, moved = [], discard_dead(Delivery.id.in_(ids), job_id=replay_id)
+            else:
+                restarted = subscription_service.restart(
+                    Delivery.id.in_(ids), Delivery.state == DeliveryState.DEAD, replay_id=replay_id)
+                moved = len(restarted)
+            progressed = db.session.execute(
+                update(Replay).where(Replay.id == replay_id, Replay.state == ReplayState.RUNNING)
+                .values(done=Replay.done + moved)).rowcount
+            if not progressed:  # cancelled meanwhile: this chunk stays dead
+                db.session.rollback()
+                return {"replay": replay_id, "ran": True, "cancelled": True}
+            db.session.commit()
+            subscription_service.enqueue_restarted(restarted)
+        return {"replay": replay_id, "ran": True, "state": _end(replay_id, ReplayState.FINISHED)}
+    except Exception as exc:
+        db.session.rollback()
+        _end(replay_id, ReplayState.FAILED, error=f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    finally:
+        db.session.remove()
+
+
+def _end(replay_id: str, state: str, error: str | None = None) -> str | None:
+    """Move a queued or running replay to its end state, once, and tell on_finished."""
+    outcome = outcomes(replay_id)
+    ended = db.session.execute(
+        update(Replay).where(Replay.id == replay_id, Replay.state.in_(ReplayState.ACTIVE))
+        .values(state=state, finished_at=current_app.config["CLOCK"].now(), error=error,
+                succeeded=outcome["succeeded"], failed=outcome["failed"])).rowcount
+    if ended:
+        replay = db.session.get(Replay, replay_id)
+        db.session.refresh(replay)
+        on_finished(replay)
+    db.session.commit()
+    return state if ended else None
+
+
+def cancel(replay: Replay) -> bool:
+    """Stop a queued or running replay: the chunk in progress, if any, is not re-queued."""
+    if replay.state not in ReplayState.ACTIVE:
+        return False
+    return _end(replay.id, ReplayState.CANCELLED) is not None
+
+
+def discard_dead(*where, job_id: str | None = None) -> int:
+    """End the dead letters matching `where` discarded: never sent again, still readable (they keep
+    dead_lettered_at, for retention). Returns how many; the caller commits."""
+    return db.session.execute(
+        update(Delivery).where(*where, Delivery.state == DeliveryState.DEAD)
+        .values(state=DeliveryState.DISCARDED, next_attempt_at=None, replay_id=job_id,
+                updated_at=current_app.config["CLOCK"].now())
+        .execution_options(synchronize_session=False)).rowcount
+
+
+def on_finished(replay: Replay) -> None:
+    """Called once when a replay ends (finished, cancelled or failed), in the transaction that ends it:
+    the audit entry, and for a finished one the notification to the sinks (staged with this commit)."""
+    live = outcomes(replay.id)
+    _record(replay, f"{replay.kind}.{replay.state}", deliveries=replay.done,
+            detail={"total": replay.total, **({"discarded": live["discarded"]} if replay.kind == ReplayKind.DISCARD
+                                              else {"succeeded": replay.succeeded, "failed": replay.failed,
+                                                    "held": live["held"]}),
+                    **({"error": replay.error} if replay.error else {})})
+    if replay.kind == ReplayKind.REPLAY and replay.state == ReplayState.FINISHED and replay.done:
+        # Re-queued, not yet delivered (held ones not even sent): the replay's page follows the outcomes.
+        notifications.replay_finished(subscription_id=replay.subscription_id, team_id=replay.team_id,
+                                      replayed=replay.done, held=live["held"], sent=live["sent"],
+                                      path=f"/replays/{replay.id}", replay_id=replay.id)
+
+
+def _record(replay: Replay, action: str, **kwargs) -> None:
+    sub = db.session.get(Subscription, replay.subscription_id) if replay.subscription_id else None
+    audit.record(action, subscription=sub, team_id=replay.team_id, target=f"replay:{replay.id}", **kwargs)
+
+
+# -- progress ----------------------------------------------------------------------------------
+def outcomes(replay_id: str) -> dict:
+    """The replayed deliveries' fates so far: succeeded, failed (dead again), held (their subscription
+    is paused or disabled: nothing is sent until it resumes), still on their way, and discarded (a
+    discard's). `sent`: succeeded and failed, what reached the receiver's end."""
+    counts = dict(db.session.execute(
+        select(Delivery.state, func.count()).where(Delivery.replay_id == replay_id).group_by(Delivery.state)).all())
+    succeeded = counts.pop(DeliveryState.SUCCEEDED, 0)
+    failed = counts.pop(DeliveryState.DEAD, 0)
+    held = counts.pop(DeliveryState.HELD, 0)
+    discarded = counts.pop(DeliveryState.DISCARDED, 0)
+    return {"succeeded": succeeded, "failed": failed, "held": held, "waiting": sum(counts.values()),
+            "sent": succeeded + failed, "discarded": discarded}
+
+
+def progress_word(replay: Replay, live: dict) -> str:
+    """What a replay's state means to the people waiting on it: "finished" only once all of it was sent."""
+    if replay.kind == ReplayKind.REPLAY and replay.state == ReplayState.FINISHED:
+        if live["held"]:
+            return "held until resume"
+        if live["waiting"]:
+            return "sending"
+    return replay.state
+
+
+def recent(visible_teams, limit: int = 50) -> list[Replay]:
+    query = select(Replay)
+    if visible_teams is not None:
+        query = query.where(visible_teams)
+    return db.session.scalars(query.order_by(Replay.created_at.desc()).limit(limit)).all()

@@ -1,0 +1,97 @@
+"""A subscription's current state in words, for the top of its page: what is wrong, since when,
+what is open about it, what happens next, and the one action that fits."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+
+from dashboard.core.extensions import db
+from dashboard.models import (
+    Attempt,
+    AuditEntry,
+    Delivery,
+    DeliveryState,
+    Incident,
+    Subscription,
+    SubscriptionState,
+)
+from dashboard.stats import overview
+
+# Deliveries that have been tried and are not settled well: where the latest failure is found.
+_FAILED_STATES = (DeliveryState.SCHEDULED, DeliveryState.DEAD, DeliveryState.HELD)
+_STATE_ACTIONS = ("subscription.paused", "subscription.disabled")
+
+
+@dataclass
+class Status:
+    sub: Subscription
+    failing_since: dt.datetime | None = None
+    last_success_at: dt.datetime | None = None
+    last_failure: Attempt | None = None
+    next_retry_at: dt.datetime | None = None
+    waiting: dict = field(default_factory=dict)
+    dead: int = 0
+    incidents: list[Incident] = field(default_factory=list)
+    # Who paused or disabled it, and when (the audit entry that did), while it is paused or disabled.
+    stopped_by: AuditEntry | None = None
+
+    @property
+    def held(self) -> int:
+        return self.waiting.get(DeliveryState.HELD, 0)
+
+    @property
+    def action(self) -> str | None:
+        """The one action that fits now: enable, resume, pause (while failing), replay (dead letters), or none."""
+        if self.sub.deleted_at is not None:
+            return None
+        if self.sub.state == SubscriptionState.DISABLED:
+            return "enable"
+        if self.sub.state == SubscriptionState.PAUSED:
+            return "resume"
+        if self.failing_since is not None:
+            return "pause"
+        return "replay" if self.dead else None
+
+
+def error_class(status_code: int | None, error: str | None) -> str:
+    """What kind of failure an attempt was, in a few words: "HTTP 503 (server error)", "timeout",
+    "connection error"; the detail follows on the page."""
+    if status_code is not None:
+        kind = {4: "client error", 5: "server error", 3: "redirect"}.get(status_code // 100)
+        if status_code == 410:
+            kind = "gone"
+        elif status_code == 429:
+            kind = "rate limited"
+        return f"HTTP {status_code}" + (f" ({kind})" if kind else "")
+    if not error:
+        return "unknown error"
+    return error.split(":", 1)[0]
+
+
+def status(sub: Subscription, now: dt.datetime) -> Status:
+    health = overview.overview_rows(db.session, [sub], now)[0]
+    out = Status(sub=sub, failing_since=health.failing_since, last_success_at=health.last_success_at,
+                 waiting=dict(health.waiting))
+    out.dead = out.waiting.get(DeliveryState.DEAD, 0)
+    out.next_retry_at = db.session.scalar(
+        select(func.min(Delivery.next_attempt_at))
+        .where(Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.SCHEDULED))
+    # The owed rows of one subscription (ix_deliveries_owed), newest change first: its latest failure.
+    latest = db.session.scalar(
+        select(Delivery.id).where(Delivery.subscription_id == sub.id, Delivery.state.in_(_FAILED_STATES),
+                                  Delivery.attempt_count > 0)
+        .order_by(Delivery.updated_at.desc(), Delivery.id.desc()).limit(1))
+    if latest is not None:
+        out.last_failure = db.session.scalar(
+            select(Attempt).where(Attempt.delivery_id == latest).order_by(Attempt.number.desc()).limit(1))
+    out.incidents = db.session.scalars(
+        select(Incident).where(Incident.subscription_id == sub.id, Incident.resolved_at.is_(None))
+        .order_by(Incident.opened_at)).all()
+    if sub.state != SubscriptionState.ACTIVE:
+        out.stopped_by = db.session.scalar(
+            select(AuditEntry).where(AuditEntry.subscription_id == sub.id, AuditEntry.action.in_(_STATE_ACTIONS))
+            .order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(1))
+    return out

@@ -1,0 +1,131 @@
+"""Ingest's hand-off of committed work to Redis, from a thread of its own in each web process.
+
+A request that stored events puts their work items on an in-process queue and answers at once; one
+thread per process pushes whatever has gathered in a single Redis call, at most one push every
+PUSH_INTERVAL_SECONDS. Under load several requests' items go in one push, and no request waits for
+Redis: the push costs CPU and a round trip, one more wait for the interpreter's lock among gunicorn's
+threads.
+
+Nothing is lost by answering first: the deliveries are committed before their items are queued here,
+and the sweeper enqueues any due delivery Redis does not hold (a process killed before its push, or
+Redis away). gunicorn starts the thread in each worker (`web.server.post_worker_init`); elsewhere (the
+test client, the CLI) `enqueue` pushes inline.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import queue
+import threading
+import time
+
+import redis
+from flask import Flask, current_app
+
+from dashboard.core.outages import REDIS_AWAY, redis_outage
+from dashboard.queue.work import WorkQueue
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+# Requests' worth of work items waiting for one push. Past it (Redis hung, not refusing) ingest drops
+# them and says so, and the sweeper enqueues them from the database instead: memory stays bounded.
+MAX_WAITING = 10_000
+# Under load, pushes are at least this far apart, so that each carries several requests' work: a push
+# costs nearly as much for one item as for ten. The first push after a quiet spell goes at once.
+PUSH_INTERVAL_SECONDS = 0.02
+
+
+class HandOff:
+    """One app's push thread. `put` never blocks; `stop` pushes what is left, then ends the thread."""
+
+    def __init__(self, app: Flask, push, max_waiting: int = MAX_WAITING,
+                 push_interval: float = PUSH_INTERVAL_SECONDS):
+        self.app = app
+        self._push = push  # push(items): hands items to Redis, and never raises for Redis being away
+        self._push_interval = push_interval
+        self._items: queue.Queue = queue.Queue(max_waiting)
+        self._thread = threading.Thread(target=self._run, name="promesa-handoff", daemon=True)
+        self._dropping = False
+
+    def start(self) -> HandOff:
+        self._thread.start()
+        atexit.register(self.stop)  # a worker that exits cleanly (restart, SIGTERM) pushes what it holds
+        return self
+
+    def put(self, items: list[str]) -> None:
+        try:
+            self._items.put_nowait(items)
+            self._dropping = False
+        except queue.Full:
+            if not self._dropping:  # once per episode, not once per request
+                self._dropping = True
+                log.error("the hand-off to Redis is %d requests behind; new work waits for the sweeper",
+                          self._items.maxsize)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._thread.is_alive():
+            try:
+                self._items.put(_STOP, timeout=timeout)
+            except queue.Full:
+                return  # a hung push: what is queued waits for the sweeper
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        stopping = False
+        next_push = 0.0
+        while not stopping:
+            waiting = [self._items.get()]
+            if (early := next_push - time.monotonic()) > 0 and waiting[0] is not _STOP:
+                time.sleep(early)  # the last push was a moment ago: let more gather for this one
+            with contextlib.suppress(queue.Empty):
+                while True:  # everything queued meanwhile goes in the same push
+                    waiting.append(self._items.get_nowait())
+            stopping = any(items is _STOP for items in waiting)
+            gathered = [item for items in waiting if items is not _STOP for item in items]
+            if gathered:
+                try:
+                    with self.app.app_context():
+                        self._push(gathered)
+                except Exception:  # noqa: BLE001 - the thread must outlive any one push; the sweeper has them
+                    log.exception("could not hand %d deliveries to Redis; the sweeper will", len(gathered))
+                next_push = time.monotonic() + self._push_interval
+
+
+def start(app) -> None:
+    """Push this process's ingested work from a thread (gunicorn's post_worker_init calls this)."""
+    app.extensions["promesa_handoff"] = HandOff(app, push_now).start()
+
+
+def thread_of(app: Flask) -> HandOff | None:
+    """This process's hand-off thread, if it has one (under gunicorn)."""
+    return app.extensions.get("promesa_handoff")
+
+
+def enqueue(items: list[str], team_id: int | None = None) -> None:
+    """Hand committed deliveries (work items) to the workers: through this process's hand-off thread when
+    it has one (under gunicorn), else at once. If Redis is down the sweeper enqueues them later."""
+    if not items:
+        return
+    if team_id is not None:  # the caller knows whose work it is: the push files it without a lookup
+        WorkQueue.for_app().know_team({item.rpartition("|")[0] for item in items}, team_id)
+    thread = thread_of(current_app)
+    if thread is not None:
+        thread.put(items)
+        return
+    push_now(items)
+
+
+def push_now(items: list[str]) -> None:
+    """Push work items to Redis now; a Redis that is away is logged once, not raised (the sweeper has them)."""
+    try:
+        WorkQueue.for_app().push(items)
+    except REDIS_AWAY as error:  # accepted work is in the database: never fail the producer for Redis
+        redis_outage.failed(error, "ingest")  # one line per outage, not a traceback per request
+        return
+    except (redis.RedisError, OSError):
+        log.warning("could not enqueue %d deliveries; the sweeper will", len(items), exc_info=True)
+        return
+    redis_outage.succeeded("ingest")

@@ -1,0 +1,173 @@
+"""Why a subscription's deliveries fail: its recent failed attempts grouped by cause, each with plain
+advice (the seed document's "no recibo notificaciones" checklist, made concrete). It reads the
+attempts Promesa already stores and sends nothing.
+
+The causes, in the order a receiver's owner usually fixes them: DNS name not found, connection
+refused, TLS (certificate name, expiry, self-signed), timeout, 3xx, 401/403, 404, 410, 413, 429,
+5xx, then any other 4xx and any other error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+
+from dashboard.core.clock import iso
+from dashboard.core.extensions import db
+from dashboard.models import Attempt, Delivery, Subscription
+
+WINDOW = dt.timedelta(hours=24)
+MAX_ATTEMPTS = 2000  # the newest this many attempts of the window: enough to see a pattern, cheap to read
+
+_DNS = ("dns error", "name or service not known", "nodename nor servname", "no address associated", "name resolution",
+        "getaddrinfo", "resolves only to private addresses", "dns")
+_REFUSED = ("connect call failed", "connection refused", "errno 111", "private address refused")
+# Not "ssl" alone: every connection error says "ssl:default" or "ssl:True".
+_TLS = ("tls error", "certificate", "[ssl:", "sslerror", "sslcert", "ssl error", "handshake", "wrong version number")
+
+ADVICE = {
+    "dns": "The endpoint's host name does not resolve: check the URL's spelling and that its DNS record "
+           "exists and is public (Promesa sends from the internet, and never to private addresses).",
+    "refused": "Nothing accepts connections at that host and port: is the server running, listening on "
+               "that port, and reachable through its firewall from the internet?",
+    "tls_name": "The TLS certificate does not name the URL's host: serve a certificate for exactly that "
+                "host name, or register the URL with the name the certificate carries.",
+    "tls_expired": "The TLS certificate has expired: renew it (and automate the renewal).",
+    "tls_self_signed": "The TLS certificate is self-signed or signed by an unknown authority: use one from "
+                       "a public authority, and serve the whole chain (intermediates included).",
+    "tls": "The TLS handshake failed: check the certificate (its name, its expiry, the whole chain) "
+           "with an SSL checker.",
+    "timeout": "Your endpoint answers too slowly: answer 2xx fast, work later. Store the event, enqueue a "
+               "job, answer; Promesa waits {limit:g} s at most and counts a slower answer as a failure.",
+    "redirect": "Your endpoint redirects, and Promesa never follows redirects: register the final URL "
+                "(where the redirect leads) instead.",
+    "unauthorized": "Your endpoint refuses the requests (401/403): most likely its signature check. Are you "
+                    "using the current secret (after a rotation, accept both), and verifying the raw body "
+                    "bytes exactly as received, before parsing JSON?",
+    "not_found": "Your endpoint answers 404: the path is wrong. Register the URL your route listens on.",
+    "gone": "Your endpoint answered 410 Gone, so Promesa disabled the subscription (its deliveries are "
+            "held, not dropped). Fix the endpoint, then enable the subscription.",
+    "too_large": "Your endpoint refuses the body as too large (413): raise its body limit (accept at least "
+                 "256 KiB).",
+    "rate_limited": "Your endpoint is rate limiting Promesa (429): set a rate limit on this subscription "
+                    "below the receiver's, so deliveries wait their turn here instead of failing there.",
+    "server_error": "Your endpoint fails (5xx): look at its logs for these times. Store the event and answer "
+                    "2xx before anything that can fail; do the work later in a job.",
+    "client_error": "Your endpoint refuses the requests with a 4xx: its logs say why. Answer 2xx to every "
+                    "correctly signed event, and 400/401/403 only when the signature does not verify.",
+    "other": "The request failed before an answer came: the error says why.",
+}
+
+LABELS = {
+    "dns": "DNS name not found", "refused": "Connection refused", "tls_name": "TLS: certificate name",
+    "tls_expired": "TLS: certificate expired", "tls_self_signed": "TLS: self-signed certificate",
+    "tls": "TLS error", "timeout": "Timeout", "redirect": "3xx redirect", "unauthorized": "401 or 403",
+    "not_found": "404 Not Found", "gone": "410 Gone", "too_large": "413 Payload Too Large",
+    "rate_limited": "429 Too Many Requests", "server_error": "5xx", "client_error": "Other 4xx",
+    "other": "Other error",
+}
+ORDER = tuple(LABELS)
+
+
+def cause(status_code: int | None, error: str | None) -> str | None:
+    """The cause of one attempt's failure, or None when it succeeded."""
+    if status_code is not None:
+        if 200 <= status_code < 300:
+            return None
+        if 300 <= status_code < 400:
+            return "redirect"
+        if status_code in (401, 403):
+            return "unauthorized"
+        named = {404: "not_found", 410: "gone", 413: "too_large", 429: "rate_limited"}
+        if status_code in named:
+            return named[status_code]
+        return "server_error" if status_code >= 500 else "client_error"
+    text = (error or "").lower()
+    if text.startswith("timeout") or "timed out" in text:
+        return "timeout"
+    if any(word in text for word in _TLS):
+        if "mismatch" in text or "doesn't match" in text or "not valid for" in text:
+            return "tls_name"
+        if "expired" in text:
+            return "tls_expired"
+        if "self-signed" in text or "self signed" in text or "unable to get local issuer" in text:
+            return "tls_self_signed"
+        return "tls"
+    if any(word in text for word in _DNS):
+        return "dns"
+    if any(word in text for word in _REFUSED):
+        return "refused"
+    return "other"
+
+
+@dataclass
+class Group:
+    cause: str
+    count: int = 0
+    last_at: dt.datetime | None = None
+    example: str = ""  # the newest attempt's status or error, as stored
+    status_codes: set = field(default_factory=set)
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.cause]
+
+
+@dataclass
+class Diagnosis:
+    since: dt.datetime
+    attempts: int
+    failures: int
+    p95_ms: int | None  # answer time of the window's attempts (timeouts included, at their duration)
+    groups: list[Group]
+    limit_seconds: float  # the subscription's whole-attempt timeout (10 s unless lowered)
+
+    def advice(self, group: Group) -> str:
+        text = ADVICE[group.cause].format(limit=self.limit_seconds)
+        if group.cause == "timeout" and self.p95_ms is not None:
+            text = (f"95% of answers took up to {self.p95_ms / 1000:.1f} s, against the "
+                    f"{self.limit_seconds:g} s limit. " + text)
+        return text
+
+
+def p95(durations: list[int]) -> int | None:
+    if not durations:
+        return None
+    ordered = sorted(durations)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def diagnose(sub: Subscription, now: dt.datetime) -> Diagnosis:
+    since = now - WINDOW
+    rows = db.session.execute(
+        select(Attempt.status_code, Attempt.error, Attempt.duration_ms, Attempt.attempted_at)
+        .join(Delivery, Delivery.id == Attempt.delivery_id)
+        .where(Delivery.subscription_id == sub.id, Attempt.attempted_at >= since, Attempt.attempted_at <= now)
+        .order_by(Attempt.attempted_at.desc(), Attempt.id.desc()).limit(MAX_ATTEMPTS)).all()
+    groups: dict[str, Group] = {}
+    for row in rows:  # newest first: the first of each cause is its example
+        found = cause(row.status_code, row.error)
+        if found is None:
+            continue
+        group = groups.setdefault(found, Group(found))
+        if not group.count:
+            group.last_at = row.attempted_at
+            group.example = " ".join(str(p) for p in (row.status_code, row.error) if p is not None)
+        group.count += 1
+        if row.status_code is not None:
+            group.status_codes.add(row.status_code)
+    ordered = sorted(groups.values(), key=lambda g: (-g.count, ORDER.index(g.cause)))
+    return Diagnosis(since=since, attempts=len(rows), failures=sum(g.count for g in ordered),
+                     p95_ms=p95([row.duration_ms for row in rows]), groups=ordered,
+                     limit_seconds=sub.attempt_timeout)
+
+
+def as_json(sub: Subscription, d: Diagnosis) -> dict:
+    return {"subscription_id": sub.id, "since": iso(d.since), "attempts": d.attempts, "failures": d.failures,
+            "p95_ms": d.p95_ms, "timeout_limit_seconds": d.limit_seconds,
+            "groups": [{"cause": g.cause, "label": g.label, "count": g.count, "last_at": iso(g.last_at),
+                        "example": g.example, "status_codes": sorted(g.status_codes), "advice": d.advice(g)}
+                       for g in d.groups]}

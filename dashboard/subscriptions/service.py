@@ -1,0 +1,310 @@
+"""What can be done to a subscription, shared by the JSON API and the dashboard."""
+
+from __future__ import annotations
+
+from flask import current_app
+from promesa_receiver import signing
+from sqlalchemy import case, func, or_, select, update
+from sqlalchemy.orm import selectinload
+
+from dashboard import audit
+from dashboard.core import crypto
+from dashboard.core.extensions import db
+from dashboard.core.ids import new_ids
+from dashboard.core.validation import ApiError
+from dashboard.delivery.targets import url_problem
+from dashboard.ingest import quotas
+from dashboard.ingest.accept import ingest_many
+from dashboard.models import (
+    AuditEntry,
+    Delivery,
+    DeliveryState,
+    Event,
+    Subscription,
+    SubscriptionState,
+    Team,
+    held_values,
+)
+from dashboard.queue.handoff import enqueue
+from dashboard.queue.work import work_item
+from dashboard.schemas import EventInput, SubscriptionEdit, SubscriptionInput
+
+
+def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
+    """Validated by the model, checked for a deliverable URL, stored once: nothing half-way.
+    Returns the subscription and its secret."""
+    problem = url_problem(body.url, current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
+    if problem:
+        raise ApiError(422, problem)
+    quotas.check_subscription_room(team)
+    secret = signing.new_secret()
+    sub = Subscription(team_id=team.id, url=body.url, event_types=list(body.event_types),
+                       event_versions=dict(body.event_versions), retry_policy=body.retry_policy,
+                       signature_scheme=body.signature_scheme, description=body.description,
+                       connect_timeout=body.connect_timeout, attempt_timeout=body.attempt_timeout,
+                       max_age_seconds=body.max_age_seconds, rate_limit_per_s=body.rate_limit_per_s,
+                       max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
+                       state=SubscriptionState.ACTIVE)
+    db.session.add(sub)
+    db.session.flush()  # its id, for the audit entry
+    audit.record("subscription.created", subscription=sub, detail={"url": sub.url})
+    db.session.commit()
+    return sub, secret
+
+
+def not_deleted(sub: Subscription) -> Subscription:
+    if sub.deleted_at is not None:
+        raise ApiError(409, "this subscription is deleted: its history stays readable, nothing else changes")
+    return sub
+
+
+def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
+    """Change what the owner may change (the fields given); the audit log keeps before and after of each
+    changed field (secrets are not fields here: they change by rotation only). Returns {field: (before, after)}."""
+    not_deleted(sub)
+    values = {name: getattr(body, name) for name in body.model_fields_set}
+    if "url" in values and values["url"] != sub.url:  # checked as at creation
+        problem = url_problem(values["url"], current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
+        if problem:
+            raise ApiError(422, problem)
+    for name in ("event_types", "event_versions"):
+        if name in values:
+            values[name] = (list if name == "event_types" else dict)(values[name])
+    changed = {name: (getattr(sub, name), value) for name, value in values.items() if getattr(sub, name) != value}
+    if changed:
+        for name, (_, value) in changed.items():
+            setattr(sub, name, value)
+        sub.updated_at = current_app.config["CLOCK"].now()
+        audit.record("subscription.edited", subscription=sub, detail={
+            "before": {k: before for k, (before, _) in changed.items()},
+            "after": {k: after for k, (_, after) in changed.items()}})
+        db.session.commit()
+    return changed
+
+
+def delete(sub: Subscription) -> int:
+    """Soft delete: out of routing and the API's list, nothing more attempted, history kept.
+    Waiting deliveries (in flight ones too: their lease is taken back) end cancelled. Returns how many."""
+    not_deleted(sub)
+    now = current_app.config["CLOCK"].now()
+    sub.deleted_at = now
+    # Disabled too: anything that still reaches a worker (an ingest racing this) is held, never sent.
+    sub.state = SubscriptionState.DISABLED
+    sub.state_reason = "deleted"
+    sub.previous_secret_ciphertext = sub.previous_secret_expires_at = None
+    cancelled = cancel_waiting([sub.id], now)
+    audit.record("subscription.deleted", subscription=sub, deliveries=cancelled, detail={"url": sub.url})
+    db.session.commit()
+    return cancelled
+
+
+def cancel_waiting(subscription_ids: list[str], now) -> int:
+    """Waiting deliveries of these subscriptions end cancelled. Clearing the lease makes a worker's
+    record of an attempt already in flight leave the state alone (it settles by lease token)."""
+    return db.session.execute(
+        update(Delivery).where(Delivery.subscription_id.in_(subscription_ids),
+                               Delivery.state.in_(DeliveryState.WAITING))
+        .values(state=DeliveryState.CANCELLED, next_attempt_at=None, updated_at=now,
+                lease_token=None, lease_expires_at=None)).rowcount
+
+
+REASON_LENGTH = 500
+
+
+def checked_reason(reason: str | None, required: bool, what: str) -> str:
+    """A pause's or disable's reason, stripped; 400 when required and empty, or too long."""
+    reason = (reason or "").strip()
+    if required and not reason:
+        raise ApiError(400, f"a reason is required to {what} a subscription")
+    if len(reason) > REASON_LENGTH:
+        raise ApiError(400, f"the reason must be at most {REASON_LENGTH} characters")
+    return reason
+
+
+def pause(sub: Subscription, reason: str | None = None) -> int:
+    """Deliveries keep accumulating (held); nothing is dropped. The reason, if any, is shown on the
+    subscription's page and kept in the audit log. Returns how many waiting ones were held."""
+    not_deleted(sub)
+    reason = checked_reason(reason, False, "pause") or None
+    held = hold(sub, SubscriptionState.PAUSED, reason, "subscription.paused")
+    db.session.commit()
+    return held
+
+
+def disable(sub: Subscription, reason: str) -> int:
+    """A stronger pause: held the same way, but it takes a reason, shown to everyone on the subscription's
+    page, and on the dashboard only `enable` (not resume) ends it. The engine disables on 410 Gone."""
+    not_deleted(sub)
+    held = hold(sub, SubscriptionState.DISABLED, checked_reason(reason, True, "disable"), "subscription.disabled")
+    db.session.commit()
+    return held
+
+
+def hold(sub: Subscription, state: str, reason: str, action: str, *, actor: tuple[str, str] | None = None,
+         target: str | None = None, detail: dict | None = None) -> int:
+    """Out of delivery (paused or disabled) for `reason`, its waiting deliveries held, audited as `action`
+    (detail: the reason, unless given). Returns how many were held; the caller commits."""
+    for name, value in held_values(state, reason).items():
+        setattr(sub, name, value)
+    held = hold_waiting(sub)
+    audit.record(action, subscription=sub, target=target, deliveries=held, actor=actor,
+                 detail=({"reason": reason} if reason else None) if detail is None else detail)
+    return held
+
+
+def hold_waiting(sub: Subscription) -> int:
+    """Waiting deliveries show as held at once (pause, disable); one already in flight finishes, and
+    is held if it fails. Returns how many were held; the caller commits."""
+    now = current_app.config["CLOCK"].now()
+    return db.session.execute(
+        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
+                               or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
+        .values(state=DeliveryState.HELD, updated_at=now)).rowcount
+
+
+def resume(sub: Subscription) -> int:
+    """Active again: every held delivery becomes due now. Returns how many were released."""
+    return _release(sub, "subscription.resumed")
+
+
+def enable(sub: Subscription) -> int:
+    """End a disable (ours or the engine's on 410 Gone): the same as resume, recorded as an enable."""
+    return _release(sub, "subscription.enabled", {"was": sub.state_reason} if sub.state_reason else None)
+
+
+def _release(sub: Subscription, action: str, detail: dict | None = None) -> int:
+    not_deleted(sub)
+    now = current_app.config["CLOCK"].now()
+    sub.state = SubscriptionState.ACTIVE
+    sub.state_reason = None
+    ids = db.session.scalars(
+        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.HELD)
+        .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
+        .returning(Delivery.id)).all()
+    audit.record(action, subscription=sub, deliveries=len(ids), detail=detail)
+    db.session.commit()
+    enqueue([work_item(sub.id, i) for i in ids])
+    return len(ids)
+
+
+TEST_EVENT_TYPE = "promesa.test"
+
+
+def send_test_event(sub: Subscription) -> tuple[str, str]:
+    """A `promesa.test` event to this one endpoint through the real pipeline, whatever its type filter
+    and the team's strict catalog say. Returns (event id, delivery id)."""
+    not_deleted(sub)
+    if sub.state != SubscriptionState.ACTIVE:
+        raise ApiError(409, f"this subscription is {sub.state}: a test event would be held; resume it first")
+    # The audit log's entry of the last test event (ix_audit_entries_subscription_at) says when it went.
+    quotas.check_test_event(sub, db.session.scalar(select(func.max(AuditEntry.at)).where(
+        AuditEntry.subscription_id == sub.id, AuditEntry.action == "subscription.test_sent")))
+    event_id = new_ids("evt", 1)[0]
+    # Recorded first: ingest's commit writes it with the event, and a refused event leaves no entry.
+    audit.record("subscription.test_sent", subscription=sub, detail={"event_id": event_id})
+    # Built, not validated: the type is one of Promesa's own, which producers' events may not use.
+    ingest_many(sub.team, [EventInput.model_construct(id=event_id, type=TEST_EVENT_TYPE,
+                                                      data={"subscription_id": sub.id, "test": True})],
+                numbered=False, only=(sub.id, True))
+    return event_id, db.session.scalar(select(Delivery.id).join(Event, Event.key == Delivery.event_key)
+                                       .where(Event.team_id == sub.team_id, Event.id == event_id))
+
+
+# Named deliveries may be re-sent whether they died or succeeded (a receiver that lost its data);
+# "replay all" means the dead letters.
+RESENDABLE = (DeliveryState.DEAD, DeliveryState.SUCCEEDED)
+
+
+def restart(*where, replay_id: str | None = None) -> list[tuple[str, str, str]]:
+    """The mechanics of every replay: send the deliveries matching `where` again with a fresh retry
+    schedule (the event id and body stay the same). Each becomes pending, or held while its
+    subscription is paused or disabled. `replay_id` names the bulk replay doing it (None: a direct one).
+    Returns (subscription id, delivery id, new state) of each; the caller commits, then `enqueue_restarted`."""
+    now = current_app.config["CLOCK"].now()
+    subscription_state = select(Subscription.state).where(Subscription.id == Delivery.subscription_id) \
+        .scalar_subquery()
+    target = case((subscription_state == SubscriptionState.ACTIVE, DeliveryState.PENDING), else_=DeliveryState.HELD)
+    # A deleted subscription's dead letters stay as they are: nothing more is sent to it, even by a bulk replay.
+    not_deleted_subscription = select(Subscription.deleted_at).where(Subscription.id == Delivery.subscription_id) \
+        .scalar_subquery().is_(None)
+    rows = db.session.execute(
+        update(Delivery).where(*where, not_deleted_subscription)
+        .values(state=target, next_attempt_at=now, updated_at=now, retry_base=Delivery.attempt_count,
+                schedule_started_at=now, replay_id=replay_id,
+                dead_lettered_at=None, succeeded_at=None, lease_token=None, lease_expires_at=None)
+        .returning(Delivery.subscription_id, Delivery.id, Delivery.state)
+        .execution_options(synchronize_session=False)).all()
+    return [tuple(r) for r in rows]
+
+
+def enqueue_restarted(restarted: list[tuple[str, str, str]]) -> None:
+    """After the commit: hand the restarted deliveries that are due now to the workers."""
+    enqueue([work_item(sub_id, delivery_id) for sub_id, delivery_id, state in restarted
+             if state == DeliveryState.PENDING])
+
+
+def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
+    """Send again, with a fresh retry schedule: named deliveries (dead or succeeded), or every dead letter."""
+    not_deleted(sub)
+    states = RESENDABLE if delivery_ids is not None else (DeliveryState.DEAD,)
+    where = [Delivery.subscription_id == sub.id, Delivery.state.in_(states)]
+    if delivery_ids is not None:
+        where.append(Delivery.id.in_(delivery_ids))
+    restarted = restart(*where)
+    audit.record("deliveries.replayed", subscription=sub, deliveries=len(restarted),
+                 detail={"delivery_ids": delivery_ids[:20]} if delivery_ids else {"which": "all dead letters"})
+    db.session.commit()
+    enqueue_restarted(restarted)
+    return len(restarted)
+
+
+def give_up(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
+    """"Give up now": scheduled deliveries (the named ones, or all of the subscription's) become dead
+    letters at once instead of waiting out a hopeless retry schedule. One in flight is left to finish.
+    Audited with the count; returns how many."""
+    not_deleted(sub)
+    now = current_app.config["CLOCK"].now()
+    where = [Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.SCHEDULED,
+             or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now)]
+    if delivery_ids is not None:
+        where.append(Delivery.id.in_(delivery_ids))
+    given_up = db.session.execute(
+        update(Delivery).where(*where)
+        .values(state=DeliveryState.DEAD, next_attempt_at=None, dead_lettered_at=now, updated_at=now)
+        .execution_options(synchronize_session=False)).rowcount
+    audit.record("deliveries.given_up", subscription=sub, deliveries=given_up,
+                 detail={"delivery_ids": delivery_ids[:20]} if delivery_ids else {"which": "all scheduled"})
+    db.session.commit()
+    return given_up
+
+
+def deliveries_page(sub: Subscription, state: str | None, before: str | None, limit: int, *,
+                    event_type: str | None = None, status_code: int | None = None) -> tuple[list[Delivery], str | None]:
+    """Newest first, optionally in one state, of one event type, or with one last status code; `before` is
+    the previous page's next_before (ids are time-ordered)."""
+    # Each delivery shows its event's id (API) and type (dashboard): loaded with the page in one more
+    # query, not one per row, and without the bodies.
+    query = select(Delivery).where(Delivery.subscription_id == sub.id) \
+        .options(selectinload(Delivery.event).load_only(Event.id, Event.type))
+    if state:
+        query = query.where(Delivery.state == state)
+    if event_type:
+        query = query.join(Event, Event.key == Delivery.event_key).where(Event.type == event_type)
+    if status_code is not None:
+        query = query.where(Delivery.last_status_code == status_code)
+    if before:
+        query = query.where(Delivery.id < before)
+    rows = db.session.scalars(query.order_by(Delivery.id.desc()).limit(limit + 1)).all()
+    page = rows[:limit]
+    return page, page[-1].id if len(rows) > limit else None
+
+
+def team_subscription(team: Team, subscription_id: str) -> Subscription:
+    """The team's subscription, deleted or not (a deleted one's history stays readable); 404 if the team
+    has none with this id."""
+    sub = db.session.scalar(select(Subscription).where(Subscription.id == subscription_id,
+                                                       Subscription.team_id == team.id))
+    if sub is None:
+        raise ApiError(404, f"no subscription {subscription_id!r} in your team")
+    return sub
+

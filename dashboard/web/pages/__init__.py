@@ -1,0 +1,58 @@
+"""The dashboard: server-rendered pages, one module per family of pages, all on one blueprint.
+
+State changes are POST-only, behind CSRF, and ask `dashboard.accounts.access` who may make them.
+Templates mirror the modules: `templates/<family>/page.html` and `_partial.html`.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, flash, redirect, request, url_for
+
+from dashboard.core.validation import ApiError
+
+bp = Blueprint("pages", __name__)
+
+
+# Each module registers its routes on `bp` when imported.
+from dashboard.web.charts import bar_paths, line_paths, x_ticks  # noqa: E402
+from dashboard.web.pages import (  # noqa: E402,F401  (each registers its routes on bp)
+    audit,
+    checks,
+    dead_letters,
+    deliveries,
+    events,
+    formatting,
+    incidents,
+    overview,
+    owner_tools,
+    quotas,
+    replays,
+    sinks,
+    subscriptions,
+    tokens,
+    users,
+)
+from dashboard.web.pages.nav import nav_items  # noqa: E402
+
+
+@bp.app_context_processor
+def _navigation():
+    return {"nav_items": nav_items}
+
+
+# The chart macros' geometry (templates/shared/_charts.html).
+for _geometry in (bar_paths, line_paths, x_ticks):
+    bp.add_app_template_global(_geometry, _geometry.__name__)
+
+
+@bp.errorhandler(ApiError)
+def _refused(exc: ApiError):
+    """A service refused a dashboard action (e.g. pausing a deleted subscription): say why, on the page."""
+    flash(exc.message, "error")
+    subscription_id = (request.view_args or {}).get("subscription_id")
+    return redirect(url_for(".subscription", subscription_id=subscription_id) if subscription_id
+                    else url_for(".overview"))
+
+
+def init_app(app) -> None:
+    app.register_blueprint(bp)

@@ -1,0 +1,124 @@
+"""The audit log: who changed what, when, on which subscription, filtered; newest first, page by page."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from flask import abort, render_template, request, url_for
+from flask_login import current_user, login_required
+from sqlalchemy import and_, or_, select
+
+from dashboard.accounts import access
+from dashboard.core.extensions import db
+from dashboard.core.validation import ApiError, parse_time
+from dashboard.models import AuditEntry, Team
+from dashboard.operations.notifications import masked
+from dashboard.web.pages import bp
+
+PAGE = 50
+# Keys whose values are never shown, whatever an entry carries (entries should hold none: belt and braces).
+HIDDEN_KEYS = ("secret", "password", "token", "ciphertext")
+
+
+def _shown(key: str, value, sink: bool) -> str:
+    """One value as the log shows it: secrets never, a sink's URL masked (a Slack webhook is a credential)."""
+    if any(word in key.lower() for word in HIDDEN_KEYS) and key not in ("token_name",):
+        return "(hidden)"
+    if value is None:
+        return "—"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_shown(k, v, sink)}" for k, v in value.items()) or "{}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_shown(key, v, sink) for v in value) or "[]"
+    if sink and "url" in key.lower() and isinstance(value, str):
+        return masked(value)
+    return str(value)
+
+
+def detail_rows(entry: AuditEntry, sink_team_id: int | None) -> dict:
+    """An entry's detail for the page: `changes` is [(field, before, after)] for an edit (each changed field's
+    old and new value), `facts` is [(key, value)] for the rest."""
+    detail = dict(entry.detail or {})
+    sink = sink_team_id is not None and entry.team_id == sink_team_id
+    changes = []
+    before, after = detail.pop("before", None), detail.pop("after", None)
+    if isinstance(before, dict) and isinstance(after, dict):
+        for field in sorted(set(before) | set(after)):
+            changes.append((field, _shown(field, before.get(field), sink), _shown(field, after.get(field), sink)))
+    elif before is not None or after is not None:
+        detail.update({"before": before, "after": after})
+    if "from" in detail and "to" in detail:  # a role change
+        changes.append(("role", _shown("role", detail.pop("from"), sink), _shown("role", detail.pop("to"), sink)))
+    return {"changes": changes, "facts": [(k, _shown(k, v, sink)) for k, v in detail.items()]}
+
+
+@bp.app_context_processor
+def _audit_detail():
+    """`audit_detail(entry)` for audit/_entries.html, wherever it is included (the log, a subscription's page)."""
+    found = []
+
+    def audit_detail(entry):
+        if not found:  # the sink team's id, read once per page
+            found.append(access.system_team_id())
+        return detail_rows(entry, found[0])
+
+    return {"audit_detail": audit_detail}
+
+
+def _time(name: str) -> dt.datetime | None:
+    try:
+        return parse_time((request.args.get(name) or "").strip(), name)
+    except ApiError as exc:
+        abort(exc.status, exc.message)
+
+
+def _cursor(value: str | None) -> tuple[dt.datetime, int] | None:
+    """`before` is the last entry of the previous page, as "<at>~<id>": entries are ordered by (at, id)."""
+    if not value:
+        return None
+    at, _, entry_id = value.rpartition("~")
+    try:
+        return dt.datetime.fromisoformat(at), int(entry_id)
+    except ValueError:
+        abort(400, "before must be the link from the previous page")
+
+
+def visible_teams() -> list[Team]:
+    return db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
+
+
+@bp.get("/audit")
+@login_required
+def audit():
+    teams = visible_teams()
+    filters = {name: (request.args.get(name) or "").strip() for name in ("actor", "action", "subscription", "team")}
+    query = access.restrict(select(AuditEntry), current_user, AuditEntry.team_id)
+    if filters["actor"]:
+        query = query.where(AuditEntry.actor == filters["actor"].lower() if "@" in filters["actor"]
+                            else AuditEntry.actor == filters["actor"])
+    if filters["action"]:
+        query = query.where(AuditEntry.action == filters["action"])
+    if filters["subscription"]:
+        query = query.where(AuditEntry.subscription_id == filters["subscription"])
+    if filters["team"]:
+        team = next((t for t in teams if t.name == filters["team"]), None)
+        if team is None:
+            abort(404)  # not a team this user may see
+        query = query.where(AuditEntry.team_id == team.id)
+    since, until = _time("since"), _time("until")
+    if since:
+        query = query.where(AuditEntry.at >= since)
+    if until:
+        query = query.where(AuditEntry.at < until)
+    before = _cursor(request.args.get("before"))
+    if before:
+        query = query.where(or_(AuditEntry.at < before[0], and_(AuditEntry.at == before[0], AuditEntry.id < before[1])))
+    rows = db.session.scalars(query.order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(PAGE + 1)).all()
+    entries = rows[:PAGE]
+    older_url = None
+    if len(rows) > PAGE:
+        kept = {k: v for k, v in request.args.items() if k != "before" and v}
+        older_url = url_for(".audit", **kept, before=f"{entries[-1].at.isoformat()}~{entries[-1].id}")
+    return render_template("audit/page.html", audit_entries=entries, filters=filters, teams=teams,
+                           since=request.args.get("since", ""), until=request.args.get("until", ""),
+                           older_url=older_url)

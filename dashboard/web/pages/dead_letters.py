@@ -1,0 +1,89 @@
+"""Dead letters across every subscription you may see, filtered, with "replay the N matching" and
+"replay selected" (or discard them) for those who may operate (a bulk replay runs as a job: dashboard.operations.replays)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+from sqlalchemy import select
+
+from dashboard.accounts import access
+from dashboard.core.extensions import db
+from dashboard.core.validation import ApiError
+from dashboard.models import ReplayKind, Subscription, Team
+from dashboard.operations import replays as replay_service
+from dashboard.web.pages import bp
+from dashboard.web.pages.replays import show_started
+
+PAGE = 50
+
+
+def operable(dead: replay_service.DeadLetterFilter) -> replay_service.DeadLetterFilter | None:
+    """The filter narrowed to the teams the signed-in user may operate (an owner's never reaches past
+    the owner's team); None when the user may replay none of it."""
+    teams = access.operable_team_ids(current_user)
+    if teams is None:
+        hidden = access.hidden_team_id(current_user)
+        if hidden is None:
+            return dead
+        return None if dead.team_id == hidden else dataclasses.replace(dead, hidden_team_id=hidden)
+    if not teams or (dead.team_id is not None and dead.team_id not in teams):
+        return None
+    return dataclasses.replace(dead, team_id=teams[0])
+
+
+@bp.get("/dead-letters")
+@login_required
+def dead_letters():
+    visible = access.visible_to(current_user, Subscription.team_id)
+    error = None
+    try:
+        dead = replay_service.DeadLetterFilter.from_args(request.args)
+        rows, cursor = replay_service.page(dead.where(visible), request.args.get("before"), PAGE)
+    except ApiError as exc:
+        error, dead = exc, replay_service.DeadLetterFilter()
+        rows, cursor = replay_service.page(dead.where(visible), None, PAGE)
+    matching = replay_service.count(dead.where(visible))
+    narrowed = operable(dead)
+    may_replay = narrowed is not None
+    replayable = matching if narrowed == dead or not may_replay else replay_service.count(narrowed.where(visible))
+    subs = db.session.scalars(access.restrict(select(Subscription), current_user, Subscription.team_id)
+                              .order_by(Subscription.url)).all()
+    teams = db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
+    return render_template("dead_letters/page.html", dead=dead, args=dead.as_args(), rows=rows, cursor=cursor,
+                           matching=matching, replayable=replayable, may_replay=may_replay, subscriptions=subs,
+                           teams=teams, error=error.message if error else None), error.status if error else 200
+
+
+@bp.post("/dead-letters/replay")
+@login_required
+def replay_dead_letters():
+    # Replays the dead letters matching the filter, or the selected ones, as a job with progress.
+    return _start_job(ReplayKind.REPLAY)
+
+
+@bp.post("/dead-letters/discard")
+@login_required
+def discard_dead_letters():
+    # Discards the dead letters matching the filter, or the selected ones, as a job: never sent, still readable.
+    return _start_job(ReplayKind.DISCARD)
+
+
+def _start_job(kind: str):
+    if access.operable_team_ids(current_user) == []:
+        abort(403)
+    try:
+        dead = replay_service.DeadLetterFilter.from_args(request.form)
+        if request.form.get("which") == "selected":
+            selected = tuple(request.form.getlist("delivery_id"))
+            if not selected:
+                flash(f"Select the dead letters to {kind} first.", "error")
+                return redirect(url_for(".dead_letters", **dead.as_args()))
+            dead = replay_service.DeadLetterFilter(delivery_ids=selected)
+    except ApiError as exc:
+        abort(exc.status, exc.message)
+    narrowed = operable(dead)
+    access.require(narrowed is not None)
+    return show_started(*replay_service.start(narrowed, kind))

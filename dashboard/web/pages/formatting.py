@@ -1,0 +1,41 @@
+"""Template filters for times and rates, so every page says them the same way."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from dashboard.web.pages import bp
+
+
+@bp.app_template_filter("age")
+def age(since: dt.datetime | None, now: dt.datetime) -> str:
+    """How long ago, in the largest unit that says it: "45 s", "12 min", "3 h 5 min", "2 d 4 h"."""
+    if since is None:
+        return "—"
+    seconds = max(0, int((now - since).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+@bp.app_template_filter("utc")
+def utc(when: dt.datetime | None, seconds: bool = True) -> str:
+    if when is None:
+        return "—"
+    return when.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+@bp.app_template_filter("percent")
+def percent(rate: float | None) -> str:
+    """A success rate: "99.5 %", "100 %", or "—" with no attempts to rate."""
+    if rate is None:
+        return "—"
+    value = rate * 100
+    return f"{value:.0f} %" if value in (0, 100) else f"{min(value, 99.9):.1f} %"

@@ -1,0 +1,271 @@
+"""What a team's owners (and admins) do to a subscription: edit it, rotate its secret, end a rotation's
+grace, send it a test event, delete it. Operators repair (pause, resume, replay) but do not redefine:
+every route here asks `access.can_edit`.
+
+The subscription page includes `owner_tools/_panel.html`; its data comes from `owner_tools(sub)`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from flask import (
+    abort,
+    current_app,
+    flash,
+    make_response,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
+from flask_login import current_user, login_required
+from pydantic import ValidationError
+from sqlalchemy import select
+
+from dashboard import schemas
+from dashboard.accounts import access
+from dashboard.core.extensions import db
+from dashboard.core.validation import ApiError, explain
+from dashboard.delivery.policies import POLICY_NAMES
+from dashboard.ingest import catalog
+from dashboard.models import Delivery, Team
+from dashboard.operations import notifications
+from dashboard.subscriptions import rotation
+from dashboard.subscriptions import service as subscription_service
+from dashboard.web.pages import bp
+
+GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (86400, "24 hours"),
+                 (3 * 86400, "3 days"), (7 * 86400, "7 days")]
+
+
+@bp.app_context_processor
+def _owner_tools():
+    return {"owner_tools": panel}
+
+
+def panel(sub) -> dict:
+    """What the owner tools panel shows: who may use it, and which secrets sign until when (never values)."""
+    now = current_app.config["CLOCK"].now()
+    return {"can_edit": access.can_edit(current_user, sub) and sub.deleted_at is None,
+            "signing": rotation.signing_secrets(sub, now), "grace_choices": GRACE_CHOICES,
+            "default_grace": rotation.DEFAULT_GRACE_SECONDS,
+            "in_flight_default": current_app.config["PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION"]}
+
+
+def owner_action(view):
+    """The view gets the subscription if the user may edit it (404/403 otherwise) and it is not deleted."""
+    @functools.wraps(view)
+    def wrapped(subscription_id):
+        sub = access.visible_subscription(subscription_id, need=access.can_edit)
+        if sub.deleted_at is not None:
+            flash("This subscription is deleted: its history stays readable, nothing else changes.", "error")
+            return redirect(url_for(".subscription", subscription_id=sub.id))
+        return view(sub)
+    return wrapped
+
+
+def _number_or_none(form, name, kind):
+    raw = form.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ApiError(400, f"{name} must be a {'whole ' if kind is int else ''}number, or empty") from None
+
+
+def event_types_from_form(form) -> list[str]:
+    """The ticked catalog types and the patterns typed beside them (comma- or space-separated), in order, once each."""
+    chosen = []
+    for raw in [*form.getlist("event_types"), form.get("event_patterns", "")]:
+        for name in raw.replace(",", " ").split():
+            if name not in chosen:
+                chosen.append(name)
+    return chosen
+
+
+def limits_from_form(form) -> dict:
+    """What creation and edit share: description, types, versions, retry policy, timeouts and limits."""
+    payload = {
+        "description": form.get("description", ""),
+        "event_types": event_types_from_form(form),
+        "retry_policy": form.get("retry_policy", ""),
+        "rate_limit_per_s": _number_or_none(form, "rate_limit_per_s", float),
+        "max_in_flight": _number_or_none(form, "max_in_flight", int),
+    }
+    versions = {}
+    for pair in filter(None, (p.strip() for p in form.get("event_versions", "").split(","))):
+        name, _, version = pair.partition("=")
+        if not version.strip().isdigit():
+            raise ApiError(400, "event versions are written type=version, like file.updated=2")
+        versions[name.strip()] = int(version)
+    payload["event_versions"] = versions
+    for name in ("connect_timeout", "attempt_timeout", "max_age_seconds"):
+        value = _number_or_none(form, name, int if name == "max_age_seconds" else float)
+        if value is None:
+            raise ApiError(400, f"{name} is required")
+        payload[name] = value
+    return payload
+
+
+def checked(model, payload: dict):
+    """The payload as the API's body, checked by the API's own model: one set of rules."""
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise ApiError(400, explain(model, exc)) from None
+
+
+def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
+    """The form as the API's PATCH body, checked by the same model (schemas.SubscriptionEdit)."""
+    payload = limits_from_form(form)
+    url = form.get("url", "").strip()
+    if url != sub.url:  # checked (and resolved) only when it changes
+        payload["url"] = url
+    return checked(schemas.SubscriptionEdit, payload)
+
+
+@bp.route("/subscriptions/<subscription_id>/edit", methods=["GET", "POST"])
+@login_required
+@owner_action
+def edit_subscription(sub):
+    # Owners and admins redefine an endpoint; the audit log keeps before and after.
+    error, status = None, 200
+    if request.method == "POST":
+        try:
+            changed = subscription_service.edit(sub, edit_from_form(sub, request.form))
+        except ApiError as exc:
+            db.session.rollback()
+            error, status = exc.message, exc.status
+        else:
+            flash(f"Saved: {', '.join(sorted(changed))}." if changed else "Nothing changed.", "ok")
+            return redirect(url_for(".subscription", subscription_id=sub.id))
+    form = request.form if request.method == "POST" else None
+    chosen = event_types_from_form(form) if form is not None else list(sub.event_types)
+    return render_template("owner_tools/edit.html", sub=sub, form=form, error=error, policies=POLICY_NAMES,
+                           in_flight_default=panel(sub)["in_flight_default"],
+                           picker=catalog_picker(sub.team, chosen)), status
+
+
+def catalog_picker(team, chosen: list[str]) -> dict:
+    """The event type picker: the team's catalog (and Promesa's own notification types) as boxes to tick,
+    ticked where chosen; whatever else was chosen (patterns such as file.*) goes in the text box."""
+    names = sorted({t.name for t in catalog.team_event_types(team)}) if team is not None else []
+    offered = ["*", *names, *notifications.TEAM_EVENT_TYPES]
+    return {"catalog": names, "own": list(notifications.TEAM_EVENT_TYPES), "chosen": set(chosen),
+            "patterns": ", ".join(name for name in chosen if name not in offered)}
+
+
+@bp.post("/subscriptions/<subscription_id>/rotate-secret")
+@login_required
+@owner_action
+def rotate_secret(sub):
+    # A new secret, shown in this answer only; the old one keeps signing through the grace.
+    try:
+        grace = schemas.RotateInput.model_validate(
+            {"grace_seconds": int(request.form.get("grace_seconds", rotation.DEFAULT_GRACE_SECONDS))}).grace_seconds
+    except (ValueError, ValidationError):
+        abort(400)
+    try:
+        secret = rotation.rotate(sub, grace)
+    except ApiError as exc:
+        flash(exc.message, "error")
+        return redirect(url_for(".subscription", subscription_id=sub.id))
+    template = "owner_tools/_rotated.html" if request.headers.get("HX-Request") else "owner_tools/rotated.html"
+    response = make_response(render_template(template, sub=sub, secret=secret, tools=panel(sub),
+                                             oob=template.startswith("owner_tools/_")))
+    response.headers["Cache-Control"] = "no-store"  # the secret is in this page: never kept by a cache
+    return response
+
+
+@bp.post("/subscriptions/<subscription_id>/end-grace")
+@login_required
+@owner_action
+def end_grace(sub):
+    # Only the newest secret signs from now on: for a receiver that has switched, or a leaked old secret.
+    ended = rotation.end_grace(sub)
+    flash("Grace ended: only the newest secret signs now." if ended else "No previous secret was signing.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))
+
+
+@bp.post("/subscriptions/<subscription_id>/delete")
+@login_required
+@owner_action
+def delete_subscription(sub):
+    # Confirmed twice (the button opens a confirmation; the box must be ticked); the history stays.
+    if request.form.get("confirm") != "yes":
+        flash("Not deleted: tick the box to confirm.", "error")
+    else:
+        cancelled = subscription_service.delete(sub)
+        flash(f"Deleted: nothing more is sent; {cancelled} waiting deliveries were cancelled.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))
+
+
+@bp.post("/subscriptions/<subscription_id>/test")
+@login_required
+@owner_action
+def send_test_event(sub):
+    # A promesa.test event through the real pipeline; the page polls for its first attempt.
+    try:
+        _, delivery_id = subscription_service.send_test_event(sub)
+    except ApiError as exc:
+        if request.headers.get("HX-Request"):
+            return render_template("owner_tools/_test_result.html", sub=sub, delivery=None, error=exc.message)
+        flash(exc.message, "error")
+        return redirect(url_for(".subscription", subscription_id=sub.id))
+    if request.headers.get("HX-Request"):
+        return render_template("owner_tools/_test_result.html", sub=sub, delivery=db.session.get(Delivery, delivery_id))
+    flash("Test event sent.", "ok")
+    return redirect(url_for(".delivery", delivery_id=delivery_id))
+
+
+@bp.get("/subscriptions/<subscription_id>/test/<delivery_id>")
+@login_required
+def test_event_result(subscription_id, delivery_id):
+    """The test delivery's outcome; the partial polls itself until the first attempt is recorded."""
+    sub = access.visible_subscription(subscription_id)
+    return render_template("owner_tools/_test_result.html", sub=sub,
+                           delivery=access.of_subscription(Delivery, delivery_id, sub))
+
+
+def _creatable_teams() -> list[Team]:
+    """The teams this user may create subscriptions for (an owner: their own; an admin: every team's)."""
+    if current_user.role == "owner" and current_user.team is not None:
+        return [current_user.team]
+    if not access.is_admin(current_user):
+        return []
+    return db.session.scalars(select(Team).where(Team.name != access.SYSTEM_TEAM).order_by(Team.name)).all()
+
+
+@bp.route("/subscriptions/new", methods=["GET", "POST"])
+@login_required
+def new_subscription():
+    # The API's POST /subscriptions as a form: the same model and the same service, so the rules are one.
+    teams = _creatable_teams()
+    access.require(bool(teams))
+    source = request.form if request.method == "POST" else request.args
+    team = next((t for t in teams if t.name == source.get("team")), teams[0] if len(teams) == 1 else None)
+    error, status = None, 200
+    if request.method == "POST":
+        try:
+            if team is None:
+                raise ApiError(400, "choose the team the endpoint is for")
+            access.require(access.can_create_in(current_user, team.id))
+            body = checked(schemas.SubscriptionInput, {**limits_from_form(request.form),
+                                                       "url": request.form.get("url", "").strip(),
+                                                       "signature_scheme": request.form.get("signature_scheme", "")})
+            sub, secret = subscription_service.create(team, body)
+        except ApiError as exc:
+            db.session.rollback()
+            error, status = exc.message, exc.status
+        else:
+            response = make_response(render_template("owner_tools/created.html", sub=sub, secret=secret), 201)
+            response.headers["Cache-Control"] = "no-store"  # the secret is in this page only
+            return response
+    form = request.form if request.method == "POST" else None
+    chosen = event_types_from_form(form) if form is not None else ["*"]
+    return render_template("owner_tools/new.html", teams=teams, team=team, form=form, error=error,
+                           policies=POLICY_NAMES, schemes=schemas.SIGNATURE_SCHEMES,
+                           in_flight_default=current_app.config["PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION"],
+                           picker=catalog_picker(team, chosen)), status

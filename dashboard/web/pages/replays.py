@@ -1,0 +1,97 @@
+"""Bulk replays: their progress (a partial htmx polls until the replay ends), the recent ones,
+cancelling, and "replay dead letters since …" from a subscription's page."""
+
+from __future__ import annotations
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+
+from dashboard.accounts import access
+from dashboard.core.extensions import db
+from dashboard.core.validation import ApiError, parse_time
+from dashboard.models import Replay, ReplayKind, ReplayState, Subscription, SubscriptionState
+from dashboard.operations import replays as replay_service
+from dashboard.web.pages import bp
+
+
+def replay_or_404(replay_id: str) -> Replay:
+    replay = db.session.get(Replay, replay_id)
+    if replay is None or not access.can_view_team(current_user, replay.team_id):
+        abort(404)
+    return replay
+
+
+def show_started(replay: Replay, started: bool):
+    """Answer a replay (or discard) button at once: to its progress page (the one already running, if any).
+    A replay of a paused or disabled subscription says its deliveries will be held."""
+    if not started:
+        flash(f"This {replay.kind} is already running: here it is.", "ok")
+    elif replay.kind == ReplayKind.DISCARD:
+        flash(f"Discarding {replay.total} dead letters: they will never be sent, and stay readable.", "ok")
+    else:
+        flash(f"Replaying {replay.total} dead letters.{held_note(replay.subscription_id)}", "ok")
+    return redirect(url_for(".replay_progress", replay_id=replay.id))
+
+
+def held_note(subscription_id: str | None) -> str:
+    """" They are held until resume …" when the subscription is paused or disabled; "" otherwise."""
+    sub = db.session.get(Subscription, subscription_id) if subscription_id else None
+    if sub is None or sub.state == SubscriptionState.ACTIVE:
+        return ""
+    until = "it is enabled" if sub.state == SubscriptionState.DISABLED else "you resume it"
+    return f" The subscription is {sub.state}: they are held until {until}, nothing is sent before."
+
+
+def can_cancel(replay: Replay) -> bool:
+    teams = access.operable_team_ids(current_user)
+    if teams is None:
+        return replay.team_id is None or replay.team_id != access.hidden_team_id(current_user)
+    return replay.team_id in teams
+
+
+@bp.get("/replays")
+@login_required
+def replays():
+    return render_template("replays/list.html", replays=replay_service.recent(
+        access.visible_to(current_user, Replay.team_id)))
+
+
+@bp.get("/replays/<replay_id>")
+@login_required
+def replay_progress(replay_id):
+    replay = replay_or_404(replay_id)
+    outcome = replay_service.outcomes(replay.id)
+    # Poll fast while it runs, slowly while replayed deliveries are still on their way, then stop.
+    if replay.state in ReplayState.ACTIVE:
+        poll = "500ms"
+    else:
+        poll = "2s" if replay.state == ReplayState.FINISHED and outcome["waiting"] else None
+    template = "replays/_progress.html" if request.headers.get("HX-Request") else "replays/page.html"
+    return render_template(template, replay=replay, outcome=outcome, poll=poll, can_cancel=can_cancel(replay),
+                           progress=replay_service.progress_word(replay, outcome))
+
+
+@bp.post("/replays/<replay_id>/cancel")
+@login_required
+def cancel_replay(replay_id):
+    # Stops a queued or running replay between chunks; what was re-queued already stays re-queued.
+    replay = replay_or_404(replay_id)
+    access.require(can_cancel(replay))
+    if replay_service.cancel(replay):
+        flash(f"Cancelled after {replay.done} of {replay.total} dead letters.", "ok")
+    else:
+        flash(f"This replay had already {replay.state}.", "ok")
+    return redirect(url_for(".replay_progress", replay_id=replay.id))
+
+
+@bp.post("/subscriptions/<subscription_id>/replays")
+@login_required
+def replay_since(subscription_id):
+    # "Replay dead letters since …": this subscription's dead letters from a time on, as a job.
+    sub = access.visible_subscription(subscription_id, need=access.can_operate)
+    try:
+        since = parse_time(request.form.get("since"), "since")
+        dead = replay_service.DeadLetterFilter(subscription_id=sub.id, team_id=sub.team_id, since=since)
+    except ApiError as exc:
+        abort(exc.status, exc.message)
+    return show_started(*replay_service.start(dead))

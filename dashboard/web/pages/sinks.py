@@ -1,0 +1,76 @@
+"""Notification sinks (admins): where incidents, automatic disables and finished replays are announced,
+each named, with a filter (which teams, which kinds), and a button that sends it a test message."""
+
+from __future__ import annotations
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+from markupsafe import Markup, escape
+from sqlalchemy import select
+
+from dashboard.accounts import access
+from dashboard.core.extensions import db
+from dashboard.core.validation import ApiError
+from dashboard.models import NotificationSink, Team
+from dashboard.operations import notifications
+from dashboard.web.pages import bp
+
+
+def _page(status: int = 200, **shown):
+    teams = db.session.scalars(select(Team.name).where(Team.name != access.SYSTEM_TEAM).order_by(Team.name)).all()
+    return render_template("sinks/page.html", sinks=notifications.sinks(), masked=notifications.masked,
+                           kinds=notifications.SINK_KINDS, teams=teams,
+                           notification_kinds=sorted(notifications.SINK_NOTIFICATIONS),
+                           describe_filter=notifications.describe_filter, **shown), status
+
+
+def _sink_or_404(sink_id: str) -> NotificationSink:
+    access.require(access.is_admin(current_user))
+    sink = db.session.get(NotificationSink, sink_id)
+    if sink is None:
+        abort(404)
+    return sink
+
+
+@bp.get("/sinks")
+@login_required
+def sinks():
+    access.require(access.is_admin(current_user))
+    return _page()
+
+
+@bp.post("/sinks")
+@login_required
+def add_sink():
+    # A new sink is a subscription of the system team; its signing secret is shown on this answer only.
+    access.require(access.is_admin(current_user))
+    try:
+        if not request.form.get("name", "").strip():
+            raise ApiError(400, "give the sink a name, so that people know where notifications go")
+        sink, secret = notifications.add_sink(request.form.get("kind", ""), request.form.get("url", ""),
+                                              name=request.form.get("name", ""),
+                                              teams=request.form.getlist("teams"), kinds=request.form.getlist("kinds"))
+    except ApiError as exc:
+        db.session.rollback()
+        return _page(exc.status, error=exc.message, form=request.form)
+    return _page(201, created=sink, secret=secret)
+
+
+@bp.post("/sinks/<sink_id>/test")
+@login_required
+def test_sink(sink_id):
+    # A test message to this sink alone, as a delivery like any notification: its page says how the sink answered.
+    sink = _sink_or_404(sink_id)
+    delivery_id = notifications.send_test(sink)
+    flash(Markup("Test message sent to {}: <a href=\"{}\">see how it answered</a>.").format(
+        escape(sink.name or sink.id), url_for(".delivery", delivery_id=delivery_id)), "ok")
+    return redirect(url_for(".sinks"))
+
+
+@bp.post("/sinks/<sink_id>/remove")
+@login_required
+def remove_sink(sink_id):
+    # Removing stops notifications to it; what it was sent stays in its subscription's history.
+    notifications.remove_sink(_sink_or_404(sink_id))
+    flash("Sink removed: it gets no more notifications.", "ok")
+    return redirect(url_for(".sinks"))

@@ -1,0 +1,198 @@
+"""A subscription's page, its contract, and the buttons that repair it."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from flask import abort, current_app, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+from sqlalchemy import select
+
+from dashboard.accounts import access
+from dashboard.core.extensions import db
+from dashboard.core.validation import ApiError
+from dashboard.models import AuditEntry, DeliveryState, ReplayKind, SubscriptionState
+from dashboard.operations import replays as replay_service
+from dashboard.operations import subscription_status
+from dashboard.stats import latency, outcomes, rollup
+from dashboard.subscriptions import contract as contract_service
+from dashboard.subscriptions import service as subscription_service
+from dashboard.web.pages import bp
+from dashboard.web.pages.replays import held_note, show_started
+
+PAGE = 50
+AUDIT_ENTRIES = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """A chart's window: how far back, in buckets of how long, labelled how often and how."""
+    name: str
+    title: str
+    span: dt.timedelta
+    bucket_seconds: int
+    label_every: int
+    label_format: str
+
+
+WINDOWS = {w.name: w for w in (
+    Window("1h", "last hour, per minute", dt.timedelta(hours=1), 60, 10, "%H:%M"),
+    Window("24h", "last 24 hours, per 15 minutes", dt.timedelta(hours=24), 900, 16, "%H:%M"),
+    Window("7d", "last 7 days, per hour", dt.timedelta(days=7), 3600, 24, "%b %d"),
+)}
+DEFAULT_WINDOW = "24h"
+
+
+def chart_window() -> Window:
+    name = request.args.get("window") or DEFAULT_WINDOW
+    if name not in WINDOWS:
+        abort(400, f"window must be one of: {', '.join(WINDOWS)}")
+    return WINDOWS[name]
+
+
+def chart_data(sub, window: Window, now: dt.datetime):
+    """The window's outcome buckets (ending with the one now is in) and their latency percentiles."""
+    if window.bucket_seconds == 3600:  # whole hours: read the rolled-up hours
+        buckets = rollup.hourly(db.session, [sub.id], now - window.span + dt.timedelta(hours=1), now)[sub.id]
+    else:
+        step = dt.timedelta(seconds=window.bucket_seconds)
+        buckets = outcomes.series(db.session, [sub.id], now - window.span + step,
+                                  outcomes.minute_of(now) + dt.timedelta(minutes=1), window.bucket_seconds)[sub.id]
+    until = buckets[-1].start + dt.timedelta(seconds=window.bucket_seconds)
+    lat, cut = latency.per_bucket(db.session, sub.id, [b.start for b in buckets], window.bucket_seconds, until,
+                                  sub.max_age_seconds)
+    return buckets, lat, cut
+
+
+def _filters() -> dict:
+    """The delivery list's filters from the query string; a malformed one is a 400 that says so."""
+    state = request.args.get("state") or None
+    if state is not None and state not in DeliveryState.ALL:
+        abort(400, f"state must be one of: {', '.join(DeliveryState.ALL)}")
+    status = (request.args.get("status") or "").strip()
+    if status and not (status.isdigit() and 100 <= int(status) <= 599):
+        abort(400, "status must be an HTTP status code, from 100 to 599")
+    return {"state": state, "event_type": (request.args.get("type") or "").strip()[:200] or None,
+            "status_code": int(status) if status else None}
+
+
+@bp.get("/subscriptions/<subscription_id>")
+@login_required
+def subscription(subscription_id):
+    sub = access.visible_subscription(subscription_id)
+    filters = _filters()
+    page, next_before = subscription_service.deliveries_page(
+        sub, filters["state"], request.args.get("before"), PAGE,
+        event_type=filters["event_type"], status_code=filters["status_code"])
+    window = chart_window()
+    now = current_app.config["CLOCK"].now()
+    buckets, lat, latency_cut = chart_data(sub, window, now)
+    entries = db.session.scalars(select(AuditEntry).where(AuditEntry.subscription_id == sub.id)
+                                 .order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(AUDIT_ENTRIES)).all()
+    return render_template("subscriptions/page.html", sub=sub, deliveries=page, filters=filters,
+                           state=filters["state"], next_before=next_before, buckets=buckets, latency=lat,
+                           latency_cut=latency_cut, window=window, windows=WINDOWS, audit_entries=entries,
+                           status=subscription_status.status(sub, now), now=now,
+                           error_class=subscription_status.error_class,
+                           can_operate=access.can_operate(current_user, sub))
+
+
+@bp.get("/subscriptions/<subscription_id>/contract")
+@login_required
+def contract(subscription_id):
+    sub = access.visible_subscription(subscription_id)
+    return render_template("subscriptions/contract.html", c=contract_service.build(sub), sub=sub)
+
+
+@bp.post("/subscriptions/<subscription_id>/pause")
+@login_required
+def pause(subscription_id):
+    # Pausing holds deliveries instead of failing them while a receiver is being repaired.
+    sub = access.visible_subscription(subscription_id, need=access.can_operate)
+    try:
+        subscription_service.pause(sub, request.form.get("reason"))
+    except ApiError as exc:
+        abort(exc.status, exc.message)
+    flash("Paused: new deliveries are held until you resume.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))
+
+
+@bp.post("/subscriptions/<subscription_id>/resume")
+@login_required
+def resume(subscription_id):
+    # Resuming releases every held delivery at once.
+    sub = access.visible_subscription(subscription_id, need=access.can_operate)
+    if sub.state == SubscriptionState.DISABLED and sub.deleted_at is None:  # deleted: the service says so
+        abort(409, "This subscription is disabled: enable it (its reason says why it was stopped).")
+    released = subscription_service.resume(sub)
+    flash(f"Resumed: {released} held deliveries are on their way.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))
+
+
+@bp.post("/subscriptions/<subscription_id>/replay")
+@login_required
+def replay(subscription_id):
+    # Replay all dead letters, or re-send one delivery (dead or succeeded), with a fresh retry schedule.
+    sub = access.visible_subscription(subscription_id, need=access.can_operate)
+    delivery_id = request.form.get("delivery_id")
+    n = subscription_service.replay(sub, delivery_ids=[delivery_id] if delivery_id else None)
+    flash(("Re-sending this delivery." if delivery_id and n else f"Replaying {n} dead deliveries.")
+          + (held_note(sub.id) if n else ""), "ok")
+    target = url_for(".delivery", delivery_id=delivery_id) if delivery_id else \
+        url_for(".subscription", subscription_id=sub.id)
+    return redirect(target)
+
+
+@bp.post("/subscriptions/<subscription_id>/disable")
+@login_required
+def disable(subscription_id):
+    # A stronger pause, with a reason everyone who opens the page reads; only "enable" ends it.
+    sub = access.visible_subscription(subscription_id, need=access.can_operate)
+    try:
+        held = subscription_service.disable(sub, request.form.get("reason", ""))
+    except ApiError as exc:
+        abort(exc.status, exc.message)
+    flash(f"Disabled: {held} waiting deliveries are held until someone enables it.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))
+
+
+@bp.post("/subscriptions/<subscription_id>/enable")
+@login_required
+def enable(subscription_id):
+    # Enabling is a resume: every held delivery is released at once.
+    sub = access.visible_subscription(subscription_id, need=access.can_operate)
+    released = subscription_service.enable(sub)
+    flash(f"Enabled: {released} held deliveries are on their way.", "ok")
+    return redirect(url_for(".subscription", subscription_id=sub.id))
+
+
+def _delivery_ids() -> list[str] | None:
+    """The delivery named by the form (a button on a delivery's page), or None: all that match."""
+    delivery_id = (request.form.get("delivery_id") or "").strip()
+    return [delivery_id] if delivery_id else None
+
+
+@bp.post("/subscriptions/<subscription_id>/discard")
+@login_required
+def discard(subscription_id):
+    # Dead letters that will never be delivered end discarded, as a job with progress; they stay readable.
+    sub = access.visible_subscription(subscription_id, need=access.can_operate)
+    subscription_service.not_deleted(sub)
+    ids = _delivery_ids()
+    dead = replay_service.DeadLetterFilter(subscription_id=sub.id, team_id=sub.team_id,
+                                           delivery_ids=tuple(ids or ()))
+    return show_started(*replay_service.start(dead, ReplayKind.DISCARD))
+
+
+@bp.post("/subscriptions/<subscription_id>/give-up")
+@login_required
+def give_up(subscription_id):
+    # A hopeless retry schedule ends now: the scheduled deliveries become dead letters at once.
+    sub = access.visible_subscription(subscription_id, need=access.can_operate)
+    ids = _delivery_ids()
+    n = subscription_service.give_up(sub, ids)
+    flash(f"Gave up on {n} scheduled deliver{'y' if n == 1 else 'ies'}: {'it is' if n == 1 else 'they are'} "
+          "dead letters now (replay or discard them).", "ok")
+    return redirect(url_for(".delivery", delivery_id=ids[0]) if ids else url_for(".subscription",
+                                                                               subscription_id=sub.id))

@@ -1,0 +1,80 @@
+"""What every web response carries for the browser's protection: security headers, cookie flags,
+and the proxy headers trusted only when a proxy is configured (PROMESA_TRUSTED_PROXIES)."""
+
+from __future__ import annotations
+
+from flask import Flask, abort, request
+from flask.sessions import SecureCookieSessionInterface
+from werkzeug.middleware.proxy_fix import ProxyFix
+from werkzeug.routing import IntegerConverter
+
+from dashboard.core.validation import MAX_ID
+from dashboard.web.api import URL_PREFIX as API_PREFIX
+
+# The pages use no inline script or style (htmx is configured not to inject its indicator style).
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                           "frame-ancestors 'none'; form-action 'self'; base-uri 'none'; object-src 'none'")
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",  # frame-ancestors for browsers that predate it
+}
+
+
+class SessionCookieSecureOverHttps(SecureCookieSessionInterface):
+    """The session cookie is `Secure` whenever the request came over https (always, if
+    SESSION_COOKIE_SECURE is set), so a later plain-http request can never carry it."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return bool(super().get_cookie_secure(app) or request.is_secure)
+
+    def open_session(self, app: Flask, request):
+        # The API answers to a bearer token alone, so it skips the cookie session's signing serializer.
+        if request.path.startswith(API_PREFIX):
+            return self.make_null_session(app)
+        return super().open_session(app, request)
+
+
+class Int64Converter(IntegerConverter):
+    """`<int:…>` in every route: an id past 64 bits is no row's (404), not a database error (500)."""
+
+    def __init__(self, map, *args, **kwargs):
+        kwargs.setdefault("max", MAX_ID)
+        super().__init__(map, *args, **kwargs)
+
+
+def init_app(app: Flask) -> None:
+    app.url_map.converters["int"] = Int64Converter
+    proxies = int(app.config["PROMESA_TRUSTED_PROXIES"])
+    if proxies > 0:
+        # Only behind a configured proxy may X-Forwarded-For/-Proto decide the client's address and https.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies)
+    app.session_interface = SessionCookieSecureOverHttps()
+    app.before_request(_refuse_nul_in_addresses)
+    app.after_request(_security_headers)
+
+
+FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _refuse_nul_in_addresses():
+    # PostgreSQL can neither store nor compare text with NUL in it (a 500), and no id, cursor or form field
+    # needs one; the API's error handler answers this abort in its own JSON shape.
+    if "\x00" in request.path or request.query_string and any(
+            "\x00" in key or "\x00" in value for key, value in request.args.items(multi=True)):
+        abort(400, description="the path and the query must not contain NUL characters")
+    if request.mimetype in FORMS and any("\x00" in key or "\x00" in value
+                                         for key, value in request.form.items(multi=True)):
+        abort(400, description="form fields must not contain NUL characters")
+    return None
+
+
+def _security_headers(response):
+    present = {name.lower() for name in response.headers.keys()}  # one pass, not one per header
+    response.headers.extend((name, value) for name, value in SECURITY_HEADERS.items() if name.lower() not in present)
+    if request.endpoint != "static":
+        # Pages carry a CSRF token and team data, API answers may carry a secret shown once: never keep them.
+        response.headers["Cache-Control"] = "no-store"
+    return response

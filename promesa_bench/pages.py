@@ -1,0 +1,170 @@
+"""`promesa bench --dashboard`: seed a dashboard's worth of history and time every page.
+
+At the default size: 100 subscriptions, 1,000,000 attempts (500,000 deliveries, two attempts
+each), 100,000 of the deliveries dead letters, a week of outcome counts (a row per subscription per
+minute) and 20,000 audit entries. On PostgreSQL the rows are made by the database itself
+(INSERT ... SELECT FROM generate_series), in a minute or two; SQLite (the smoke test) gets the same
+shapes from Python, at the small size it is run with. Pages are timed in-process with the Flask test
+client: server time, no network.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from dashboard import audit
+from dashboard.core import crypto
+from dashboard.core.extensions import db
+from dashboard.core.ids import new_ids
+from dashboard.models import AuditEntry, OutcomeCount, Subscription
+from dashboard.stats import rollup
+from promesa_bench import dead_letters as bench_dead_letters
+from promesa_bench.harness import _seed, time_pages
+
+SUBSCRIPTIONS = 100
+WEEK_MINUTES = 7 * 24 * 60
+AUDIT_ENTRIES = 20_000
+# Per event (each goes to every subscription): every 5th dead-lettered, every 20th (offset 1) waiting for a retry.
+STATE_SQL = "CASE WHEN (i / :per) % 5 = 0 THEN 'dead' WHEN (i / :per) % 20 = 1 THEN 'scheduled' ELSE 'succeeded' END"
+
+
+def _state_of(i: int, per: int) -> str:
+    n = i // per
+    return "dead" if n % 5 == 0 else "scheduled" if n % 20 == 1 else "succeeded"
+
+
+def _subscriptions(run, count: int) -> list[str]:
+    from promesa_receiver import signing
+    from sqlalchemy import insert
+
+    ids = new_ids("sub", count)
+    with run.app.app_context():
+        secret = crypto.encrypt(signing.new_secret())
+        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        db.session.execute(insert(Subscription), [
+            {"id": sub_id, "team_id": run.team_id, "url": f"{run.receiver_url}/ok/dashboard/{n}", "description": "",
+             "event_types": ["*"], "event_versions": {}, "retry_policy": "exponential", "signature_scheme": "promesa",
+             "state": "active", "secret_ciphertext": secret, "connect_timeout": 5.0, "attempt_timeout": 10.0,
+             "max_age_seconds": 86400, "created_at": now, "updated_at": now} for n, sub_id in enumerate(ids)])
+        db.session.commit()
+        db.session.remove()
+    return ids
+
+
+def _seed_postgres(run, subs: list[str], deliveries: int, attempts_each: int, now: dt.datetime) -> None:
+    from sqlalchemy import text
+
+    params = {"p": f"seed{run.run_id}", "n": deliveries, "per": len(subs), "subs": subs, "team": run.team_id,
+              "now": now, "each": attempts_each, "events": -(-deliveries // len(subs)),
+              "minutes": WEEK_MINUTES, "audit": AUDIT_ENTRIES}
+    rows = (f"SELECT i, {STATE_SQL} AS st, CAST(:now AS timestamp) - (:n - i) * interval '1 second' AS at "
+            "FROM generate_series(0, :n - 1) i")
+    statements = [
+        # events: one per round of deliveries over the subscriptions
+        "INSERT INTO events (key, id, team_id, type, version, data, body, resource_id, occurred_at, created_at) "
+        "SELECT 'evt_' || :p || lpad(e::text, 10, '0'), 'evt_' || :p || lpad(e::text, 10, '0'), :team, 'bench.seed', 1, "
+        "json_build_object('resource_id', 'r_' || e), "
+        "'{\"id\":\"evt_' || :p || lpad(e::text, 10, '0') || '\",\"type\":\"bench.seed\",\"version\"\\:1,"
+        "\"data\":{\"resource_id\":\"r_' || e || '\"}}', 'r_' || e, "
+        "CAST(:now AS timestamp) - (:n - e * :per) * interval '1 second', "
+        "CAST(:now AS timestamp) - (:n - e * :per) * interval '1 second' FROM generate_series(0, :events - 1) e",
+        "INSERT INTO deliveries (id, event_key, subscription_id, state, attempt_count, retry_base, next_attempt_at, "
+        "created_at, updated_at, last_status_code, succeeded_at, dead_lettered_at) "
+        "SELECT 'dlv_' || :p || lpad(i::text, 12, '0'), 'evt_' || :p || lpad((i / :per)::text, 10, '0'), "
+        "(CAST(:subs AS text[]))[i % :per + 1], st, :each, 0, CASE WHEN st = 'scheduled' THEN at END, at, at, "
+        "CASE WHEN st = 'succeeded' THEN 200 ELSE 500 END, CASE WHEN st = 'succeeded' THEN at END, "
+        f"CASE WHEN st = 'dead' THEN at END FROM ({rows}) g",
+        "INSERT INTO attempts (delivery_id, number, attempted_at, duration_ms, status_code, error, response_excerpt) "
+        "SELECT 'dlv_' || :p || lpad(i::text, 12, '0'), a, at, 3, "
+        "CASE WHEN st = 'succeeded' AND a = :each THEN 200 ELSE 500 END, NULL, "
+        f"CASE WHEN st = 'succeeded' AND a = :each THEN 'ok' ELSE 'upstream error' END FROM ({rows}) g "
+        "CROSS JOIN generate_series(1, :each) a",
+        # a week of outcome counts: a row per subscription per minute, about one in five minutes with a failure
+        "INSERT INTO outcome_counts (subscription_id, minute, succeeded, failed, dead, duration_ms) "
+        "SELECT s, date_trunc('minute', CAST(:now AS timestamp)) - m * interval '1 minute', "
+        "1 + (random() * 2)::int, (random() < 0.2)::int, (random() < 0.05)::int, 30 "
+        "FROM unnest(CAST(:subs AS text[])) s CROSS JOIN generate_series(0, :minutes - 1) m",
+        "INSERT INTO audit_entries (at, actor_kind, actor, action, team_id, subscription_id, deliveries, detail) "
+        "SELECT CAST(:now AS timestamp) - k * interval '30 seconds', 'user', 'ops@bench.local', "
+        "(ARRAY['subscription.paused', 'subscription.resumed', 'deliveries.replayed'])[k % 3 + 1], :team, "
+        "(CAST(:subs AS text[]))[k % :per + 1], k % 50, NULL FROM generate_series(0, :audit - 1) k",
+    ]
+    with run.app.app_context():
+        with db.engine.begin() as conn:
+            for sql in statements:
+                conn.execute(text(sql), params)
+        db.engine.dispose()
+
+
+def _seed_elsewhere(run, subs: list[str], deliveries: int, attempts_each: int, now: dt.datetime) -> None:
+    """The same shapes from Python (SQLite, small sizes): the bench's generic seeding, then outcomes
+    (a row per subscription per hour of the week, to stay quick) and some audit entries."""
+    from sqlalchemy import insert
+
+    per = len(subs)
+    _seed(run, "seed", subs, deliveries, attempts_each, lambda i: _state_of(i, per))
+    with run.app.app_context():
+        minute = now.replace(second=0, microsecond=0)
+        db.session.execute(insert(OutcomeCount), [
+            {"subscription_id": s, "minute": minute - dt.timedelta(hours=h), "succeeded": 60, "failed": h % 5,
+             "dead": h % 20 == 0, "duration_ms": 1800} for s in subs for h in range(7 * 24)])
+        db.session.execute(insert(AuditEntry), [
+            audit.entry_values("subscription.paused", at=now - dt.timedelta(seconds=30 * k), actor=("user", "ops@bench.local"),
+                               team_id=run.team_id, subscription_id=subs[k % per]) for k in range(200)])
+        db.session.commit()
+        db.session.remove()
+
+
+def _delivery_id(run, i: int) -> str:
+    return f"dlv_seed{run.run_id}{i:012d}"
+
+
+def pages_to_time(run, subs: list[str], deliveries: int) -> dict[str, str]:
+    sub = subs[0]
+    per = len(subs)
+    middle = deliveries // 2
+    event_index = (deliveries // 3) // per
+    event_id = f"evt_seed{run.run_id}{event_index:010d}"
+    return {
+        "overview": "/",
+        "subscription": f"/subscriptions/{sub}",
+        "subscription_dead": f"/subscriptions/{sub}?state=dead",
+        "subscription_page_2": f"/subscriptions/{sub}?before={_delivery_id(run, middle)}",
+        "subscription_filtered": f"/subscriptions/{sub}?type=bench.seed&status=500",
+        "delivery": f"/deliveries/{_delivery_id(run, deliveries // 3)}",
+        "event": f"/events/{event_id}",
+        "event_search_id": f"/events?q={event_id}",
+        "event_search_resource": f"/events?q=r_{event_index}",
+        "event_search_type": "/events?q=bench.seed&by=type",
+        "audit": "/audit",
+        "audit_subscription": f"/audit?subscription={sub}",
+        "users": "/users",
+        "tokens": "/tokens",
+    }
+
+
+def run_dashboard(run, attempts: int, samples: int) -> dict:
+    """Seed `attempts` attempt rows (two per delivery) over SUBSCRIPTIONS new subscriptions, a week of
+    outcome counts and audit entries; then time every page `samples` times as an admin."""
+    import time
+
+    deliveries = max(SUBSCRIPTIONS, attempts // 2)
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    seeded_at = time.monotonic()
+    subs = _subscriptions(run, SUBSCRIPTIONS)
+    (_seed_postgres if run.database == "postgresql" else _seed_elsewhere)(run, subs, deliveries, 2, now)
+    seed_seconds = time.monotonic() - seeded_at
+    # A week old installation has rolled up each hour as it ended (the first page after it does);
+    # here the whole week at once, timed on its own.
+    rolled_at = time.monotonic()
+    with run.app.app_context():
+        rollup.roll_up(db.engine, rollup.hour_of(now - dt.timedelta(days=8)), rollup.hour_of(now - rollup.SETTLE))
+        db.engine.dispose()
+    roll_up_seconds = time.monotonic() - rolled_at
+    run.vacuum()
+    out = time_pages(run, lambda client: pages_to_time(run, subs, deliveries) | bench_dead_letters.pages(run, client),
+                     samples)
+    dead = sum(1 for i in range(deliveries) if _state_of(i, SUBSCRIPTIONS) == "dead")
+    return {"attempts": deliveries * 2, "deliveries": deliveries, "dead_letters": dead, "subscriptions": SUBSCRIPTIONS,
+            "seed_seconds": round(seed_seconds, 1), "roll_up_week_seconds": round(roll_up_seconds, 2),
+            "samples": samples, "pages": out, "dead_letter_counts": bench_dead_letters.counts(run, samples)}

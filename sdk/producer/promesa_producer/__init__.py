@@ -1,0 +1,13 @@
+"""Publish events to Promesa without losing them.
+
+    from promesa_producer import Client
+    client = Client("https://promesa.example.com", TOKEN, spool="/var/lib/myapp/promesa-spool.db")
+    client.publish("file.updated", {"resource_id": "f_123", "resource_version": 7})
+"""
+
+from .client import MAX_BATCH, RETRY_STATUSES, Client, Flushed, Published, new_id
+from .errors import AuthError, PromesaError, Rejected, Unavailable
+from .spool import Spool, SpooledEvent, SpoolError
+
+__all__ = ["MAX_BATCH", "RETRY_STATUSES", "AuthError", "Client", "Flushed", "PromesaError", "Published", "Rejected",
+           "Spool", "SpoolError", "SpooledEvent", "Unavailable", "new_id"]

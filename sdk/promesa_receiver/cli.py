@@ -1,0 +1,51 @@
+"""The ``promesa-receiver`` command. ``check``: run the receiver check against an endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from . import check
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="promesa-receiver", description="Tools for receivers of Promesa webhooks.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "check", help="test an endpoint against the receiver contract",
+        description="Send the receiver check's requests (signed, duplicate, forged, stale, tampered) to URL and "
+                    "say, rule by rule, what to fix. Exit 1 if any rule failed. Loopback URLs are allowed.")
+    run.add_argument("url", metavar="URL", help="the endpoint, e.g. http://127.0.0.1:8000/webhooks/promesa")
+    run.add_argument("--secret", action="append", required=True, metavar="S",
+                     help="the signing secret (whsec_...); repeat it while a secret rotates: each request is "
+                          "signed with all of them, as Promesa signs deliveries")
+    run.add_argument("--scheme", choices=("promesa", "standard"), default="promesa",
+                     help="the signature scheme: promesa (X-Signature) or standard (Standard Webhooks)")
+    run.add_argument("--json", action="store_true", help='print {"id", "results"} as JSON instead of the report')
+    run.add_argument("--timeout", type=float, default=check.TIMEOUT_SECONDS, metavar="SECONDS",
+                     help=f"how long to wait for each answer (default {check.TIMEOUT_SECONDS:.0f}, Promesa's limit)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.timeout <= 0:
+        _parser().error("--timeout must be more than 0 seconds")
+    if not args.url.startswith(("http://", "https://")):
+        _parser().error("URL must start with http:// or https://")
+    try:
+        check_id, results = check.run_check(args.url, args.secret, args.scheme, timeout=args.timeout,
+                                            allow_private=True)
+    except ValueError as exc:  # a bad secret (e.g. not whsec_<base64> for the standard scheme)
+        _parser().error(str(exc))
+    if args.json:
+        print(json.dumps({"id": check_id, "results": results}, indent=2))
+    else:
+        print(check.report(args.url, check_id, results))
+    return 1 if check.failed(results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""What an operator runs: `promesa status`, `promesa keys generate`, the refusal to start an installed
+Promesa on PostgreSQL without its keys, `promesa web --access-log/--no-access-log`, and where the
+instance folder is when nothing says."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import click
+import pytest
+import redis
+from cryptography.fernet import Fernet
+
+from dashboard.app import create_app
+from dashboard.cli import cli, refuse_generated_keys
+from dashboard.queue import heartbeat
+
+on_sqlite = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+POSTGRES = "postgresql://promesa@db.internal/promesa"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def runner(app):
+    return app.test_cli_runner()
+
+
+@pytest.fixture
+def execs(monkeypatch):
+    """`promesa web` execs gunicorn: record the command line instead."""
+    calls = []
+    monkeypatch.setattr(os, "execv", lambda path, argv: calls.append(argv))
+    return calls
+
+
+# -- status --------------------------------------------------------------------------------------
+@on_sqlite
+def test_status_lists_the_checks_and_the_live_workers(runner, config):
+    conn = redis.Redis.from_url(config["REDIS_URL"])
+    heartbeat.beat(conn, config["PROMESA_REDIS_PREFIX"], "worker", "box:11", {"database": "ok", "redis": "ok"})
+    heartbeat.beat(conn, config["PROMESA_REDIS_PREFIX"], "sweeper", "box:12", {"last_pass": None})
+    result = runner.invoke(cli, ["status"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[:3] == ["database    ok", "redis       ok", "migrations  at head"]
+    assert "workers     1 live" in lines and "sweepers    1 live" in lines
+    (worker,) = [line for line in lines if line.strip().startswith("box:11")]
+    ago = re.search(r"last beat (\d+) s ago  database ok  redis ok", worker)
+    assert ago and int(ago.group(1)) < 10, worker  # beaten just now (a loaded machine takes a moment)
+    assert lines[-1] == "ready"
+
+
+@on_sqlite
+def test_status_says_what_is_missing_and_fails(config):
+    app = create_app({**config, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    result = app.test_cli_runner().invoke(cli, ["status"])
+    assert result.exit_code == 1
+    assert "redis       unreachable" in result.output and "not ready: redis" in result.output
+
+
+@on_sqlite
+def test_a_stopped_worker_leaves_the_list_at_once(config):
+    import threading
+
+    conn = redis.Redis.from_url(config["REDIS_URL"])
+    prefix = config["PROMESA_REDIS_PREFIX"]
+    stop = threading.Event()
+    thread = heartbeat.start(conn, prefix, "worker", stop, lambda: {"database": "ok"})
+    deadline = time.monotonic() + 5
+    while not heartbeat.live(conn, prefix) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [b["name"] for b in heartbeat.live(conn, prefix)] == [heartbeat.process_name()]
+    stop.set()
+    thread.join(5)
+    assert heartbeat.live(conn, prefix) == []
+
+
+# -- keys ----------------------------------------------------------------------------------------
+@on_sqlite
+def test_keys_generate_prints_two_fresh_keys_and_logs_neither(runner, caplog):
+    caplog.set_level(logging.DEBUG)
+    first = runner.invoke(cli, ["keys", "generate"])
+    second = runner.invoke(cli, ["keys", "generate"])
+    assert first.exit_code == 0, first.output
+    values = dict(line.split("=", 1) for line in first.stdout.splitlines())
+    assert set(values) == {"SECRET_KEY", "PROMESA_ENCRYPTION_KEY"}
+    assert len(bytes.fromhex(values["SECRET_KEY"])) == 32
+    assert Fernet(values["PROMESA_ENCRYPTION_KEY"]).decrypt(Fernet(values["PROMESA_ENCRYPTION_KEY"]).encrypt(b"x")) == b"x"
+    assert first.stdout != second.stdout
+    assert not any(v in caplog.text for v in values.values())
+
+
+# -- the refusal ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["web", "worker", "sweep", "up"])
+def test_on_postgres_the_serving_commands_refuse_to_start_without_their_keys(command):
+    with pytest.raises(click.UsageError, match="promesa keys generate") as refused:
+        refuse_generated_keys(command, env={"DATABASE_URL": POSTGRES, "SECRET_KEY": "s"})
+    assert "PROMESA_ENCRYPTION_KEY is not set" in refused.value.message
+    refuse_generated_keys(command, env={"DATABASE_URL": POSTGRES, "SECRET_KEY": "s", "PROMESA_ENCRYPTION_KEY": "k"})
+    refuse_generated_keys(command, env={"DATABASE_URL": "sqlite:///here.db"})  # one laptop: kept keys are fine
+    refuse_generated_keys(command, ["--help"], env={"DATABASE_URL": POSTGRES})  # asking how is not starting
+    refuse_generated_keys("status", env={"DATABASE_URL": POSTGRES})  # only serving commands need them
+
+
+@on_sqlite
+def test_the_refusal_stops_the_command_before_it_starts(runner, execs, tmp_path):
+    result = runner.invoke(cli, ["web"], env={"DATABASE_URL": POSTGRES, "SECRET_KEY": None,
+                                             "PROMESA_ENCRYPTION_KEY": None,
+                                             "PROMESA_INSTANCE_PATH": str(tmp_path / "fresh")})
+    assert result.exit_code == 2
+    assert "SECRET_KEY and PROMESA_ENCRYPTION_KEY are not set" in result.output
+    assert execs == []
+    assert not (tmp_path / "fresh").exists()  # and no key was generated on the way
+    asked = runner.invoke(cli, ["web", "--help"], env={"DATABASE_URL": POSTGRES, "SECRET_KEY": None,
+                                                      "PROMESA_ENCRYPTION_KEY": None})
+    assert asked.exit_code == 0 and "--no-access-log" in asked.output  # asking how is not starting
+
+
+# -- the access log ------------------------------------------------------------------------------
+@on_sqlite
+@pytest.mark.parametrize("args, env, logged", [
+    ([], {}, True),
+    (["--no-access-log"], {}, False),
+    ([], {"PROMESA_ACCESS_LOG": "0"}, False),
+    ([], {"PROMESA_ACCESS_LOG": "false"}, False),
+    (["--access-log"], {"PROMESA_ACCESS_LOG": "0"}, True),
+])
+def test_web_access_log_flag_and_environment(runner, execs, args, env, logged):
+    result = runner.invoke(cli, ["web", *args], env={"PROMESA_ACCESS_LOG": None, **env})
+    assert result.exit_code == 0, result.output
+    (argv,) = execs
+    assert ("--access-logfile" in argv) is logged
+
+
+@on_sqlite
+def test_gunicorn_writes_access_lines_only_when_asked(tmp_path, config):
+    def served_lines(flag: str) -> str:
+        port = free_port()
+        env = dict(os.environ, DATABASE_URL=config["SQLALCHEMY_DATABASE_URI"], REDIS_URL=config["REDIS_URL"],
+                   PROMESA_INSTANCE_PATH=str(tmp_path / "instance"))
+        process = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "web", "--port", str(port), "--workers",
+                                    "1", flag], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz?probe=1", timeout=2) as resp:
+                        assert resp.status == 200
+                        break
+                except OSError:
+                    assert time.monotonic() < deadline and process.poll() is None
+                    time.sleep(0.1)
+        finally:
+            process.terminate()
+            out, _ = process.communicate(timeout=30)
+        return out
+
+    assert "GET /healthz?probe=1" in served_lines("--access-log")
+    assert "GET /healthz" not in served_lines("--no-access-log")
+
+
+# -- the instance folder -------------------------------------------------------------------------
+def test_the_instance_folder_defaults_to_the_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PROMESA_INSTANCE_PATH", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    app = create_app({"TESTING": True, "REDIS_URL": "redis://unused"})
+    assert app.instance_path == str(tmp_path / "instance")
+    assert (tmp_path / "instance" / "secret_key").exists()

@@ -1,0 +1,222 @@
+"""PostgreSQL away for 20 s (a restart or a managed failover) under `promesa up`, on a PostgreSQL of the
+test's own: events are published throughout, by the producer client and by raw POSTs, while the workers
+deliver to a loopback receiver. Afterwards every event handed over is delivered, ingest answered 503
+with Retry-After and never 500, the workers and the sweeper are alive (and beating), and the
+duplicates are counted and within what was in flight."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from dashboard.app import create_app
+from dashboard.core.clock import SystemClock
+from dashboard.core.extensions import db
+from dashboard.queue import heartbeat
+
+from ..conftest import IN_CI, Producer, _migrate
+from ..support.private_postgres import PrivatePostgres, postgres_bin_dir
+from ..support.receiver import Receiver
+from ..support.waiting import wait_until
+from .conftest import Stack, close_the_books, query, report, unsettled
+
+try:
+    import promesa_producer
+except ImportError:  # the client is its own distribution (sdk/producer); without it, raw POSTs only
+    promesa_producer = None
+
+pytestmark = pytest.mark.slow
+
+OUTAGE_SECONDS = 20
+# Requests one worker keeps in flight to one endpoint, times the two workers of `promesa up`.
+IN_FLIGHT_PER_ENDPOINT = 8 * 2
+LEASE_SECONDS = 10
+
+
+@pytest.fixture
+def private_postgres():
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        if IN_CI:
+            pytest.fail("CI=true and no initdb (Debian's postgresql package): this fault test needs it")
+        pytest.skip("no initdb found (install Debian's postgresql package): a private PostgreSQL is needed")
+    server = PrivatePostgres(bin_dir)
+    server.init()
+    server.start()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture
+def outage_app(private_postgres, private_redis, tmp_path):
+    admin = sa.create_engine(private_postgres.admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text("CREATE DATABASE promesa"))
+    admin.dispose()
+    url = private_postgres.url("promesa")
+    _migrate(url)
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url, "REDIS_URL": private_redis.url,
+                      "INSTANCE_PATH": str(tmp_path / "instance"), "PROMESA_REDIS_PREFIX": "pgout",
+                      "PROMESA_QUEUE": "pgout", "PROMESA_ALLOW_PRIVATE_TARGETS": True, "CLOCK": SystemClock(),
+                      "PROMESA_LEASE_SECONDS": LEASE_SECONDS})
+    with app.app_context():
+        yield app
+        with contextlib.suppress(sa.exc.DBAPIError):
+            db.session.remove()
+        db.engine.dispose()
+
+
+class RawPublisher(threading.Thread):
+    """POSTs one event at a time, as a careful producer without the client would: each with its
+    Idempotency-Key, and a 503 tried again after its Retry-After. Keeps every answer."""
+
+    def __init__(self, url: str, token: str, stop: threading.Event):
+        super().__init__(daemon=True)
+        self.url, self.token, self.stop = url, token, stop
+        self.accepted: list[str] = []
+        self.answers: Counter = Counter()
+        self.retry_after: list[str | None] = []  # of each 503
+
+    def post(self, key: str, n: int) -> str | None:
+        body = json.dumps({"type": "file.updated", "data": {"raw": n}}).encode()
+        request = urllib.request.Request(self.url + "/api/v1/events", data=body, method="POST", headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json", "Idempotency-Key": key})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                self.answers[resp.status] += 1
+                return json.loads(resp.read())["id"]
+        except urllib.error.HTTPError as error:
+            self.answers[error.code] += 1
+            if error.code == 503:
+                self.retry_after.append(error.headers.get("Retry-After"))
+        except OSError:
+            self.answers["refused"] += 1
+        return None
+
+    def run(self):
+        n = 0
+        while not self.stop.is_set():
+            key, n = str(uuid.uuid4()), n + 1
+            while (accepted := self.post(key, n)) is None:
+                wait = float(self.retry_after[-1]) if self.answers[503] and self.retry_after[-1] else 1.0
+                time.sleep(min(wait, 2.0))  # a test's patience, not the answer's: it comes back sooner
+            self.accepted.append(accepted)
+            time.sleep(0.1)
+
+
+class ClientPublisher(threading.Thread):
+    """The producer client, with a spool: what it could not hand over in its retries waits there for flush()."""
+
+    def __init__(self, url: str, token: str, spool: str, stop: threading.Event):
+        super().__init__(daemon=True)
+        # A producer that will not wait 5 s per event: a Retry-After beyond a second spools it at once.
+        self.client = promesa_producer.Client(url, token, retries=3, backoff=0.2, max_retry_after=1.0, spool=spool,
+                                              timeout=10)
+        self.stop = stop
+        self.accepted: list[str] = []
+        self.given = 0
+        self.spooled = 0
+
+    def run(self):
+        while not self.stop.is_set():
+            self.given += 1
+            published = self.client.publish("file.updated", {"client": self.given})
+            if published.spooled:
+                self.spooled += 1  # flush() sends it once the service takes events again
+            else:
+                self.accepted.append(published.id)
+            time.sleep(0.2)
+
+    def flush(self) -> list[str]:
+        flushed = self.client.flush()
+        assert not flushed.rejected and self.client.spool.pending() == 0, flushed
+        self.accepted += [p.id for p in flushed.published]
+        assert len(self.accepted) == self.given  # every event the client was handed is now handed over
+        return self.accepted
+
+
+def test_postgres_away_for_20_seconds(outage_app, private_postgres, private_redis, tmp_path):
+    with Receiver() as receiver:
+        producer = Producer(outage_app.test_client(), "pgout")
+        # Each request takes a second: when the database goes, both workers have their fill on the wire.
+        producer.subscribe(receiver.url + "/slow/1")
+        stack = Stack(outage_app, tmp_path / "promesa-up.log")
+        stack.env["PROMESA_LEASE_SECONDS"] = str(LEASE_SECONDS)
+        try:
+            stack.start()
+            children = stack.children()
+            before, answers = stack.publish(producer.token, 60)
+            assert answers == {202: 60}
+
+            stop = threading.Event()
+            raw = RawPublisher(stack.url, producer.token, stop)
+            publishers = [raw]
+            client = None
+            if promesa_producer is not None:
+                client = ClientPublisher(stack.url, producer.token, str(tmp_path / "spool.db"), stop)
+                publishers.append(client)
+            for p in publishers:
+                p.start()
+            assert wait_until(lambda: len(receiver.requests) >= 4, timeout=10)  # deliveries on the wire
+            private_postgres.stop("fast")
+            down_at = time.monotonic()
+            time.sleep(OUTAGE_SECONDS)
+            private_postgres.start()
+            back_after = time.monotonic() - down_at
+            time.sleep(3.0)  # and publishing goes on a moment after it is back
+            stop.set()
+            for p in publishers:
+                p.join(60)
+                assert not p.is_alive()
+
+            handed = list(before) + raw.accepted
+            if client is not None:
+                handed += client.flush()  # with what the client spooled during the outage
+            assert wait_until(lambda: unsettled() == 0, timeout=90), unsettled()
+            assert stack.process.poll() is None and stack.children() == children  # nobody died or was restarted
+
+            # Ingest answered 503 with Retry-After while the database was away, and never 500.
+            assert raw.answers[503] > 0, raw.answers
+            if 500 in raw.answers:
+                log = stack.log()
+                at = log.find("Traceback")
+                pytest.fail(f"ingest answered 500: {raw.answers}\n{log[max(0, at - 3000):at + 12000]}", pytrace=False)
+            assert all(value and value.isdigit() for value in raw.retry_after), raw.retry_after
+
+            # The workers and the sweeper beat (they are alive, and say so to `promesa status`).
+            conn = redis.Redis(unix_socket_path=str(private_redis.socket))
+            beats = Counter(b["kind"] for b in heartbeat.live(conn, "pgout"))
+            assert beats == {"worker": 2, "sweeper": 1}, beats
+
+            figures = close_the_books(handed, receiver, in_flight_bound=IN_FLIGHT_PER_ENDPOINT)
+            # Requests on the wire when it went were recorded once it was back (else sent again, and counted).
+            recorded = query("SELECT count(*) FROM attempts")[0][0]
+            figures["sent_but_unrecorded"] = len(receiver.requests) - recorded
+            assert 0 <= figures["sent_but_unrecorded"] <= figures["duplicates"], figures
+            log = stack.log()
+            figures.update(outage_seconds=round(back_after, 1), answered_503=raw.answers[503],
+                           answered_500=raw.answers.get(500, 0),
+                           client_events=client.given if client else None,
+                           client_spooled=client.spooled if client else None,
+                           down_lines=len(re.findall("the database is unreachable", log)),
+                           back_lines=len(re.findall("the database is back", log)),
+                           tracebacks=log.count("Traceback (most recent call last)"))
+            report("postgres down 20 s during ingest and delivery", figures)
+            # One line per process and state change, not one per try: web (2 gunicorn workers), 2 workers,
+            # the sweeper.
+            assert figures["down_lines"] <= 8, log[-5000:]
+            assert figures["tracebacks"] <= 4, log[-8000:]
+        finally:
+            stack.stop()

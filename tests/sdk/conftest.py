@@ -1,0 +1,120 @@
+"""Real HTTP receivers on 127.0.0.1 for the receiver check, shared by its API and command tests."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from promesa_receiver.signing import new_secret
+from werkzeug.serving import make_server
+
+from examples.receiver.app import create_app as create_receiver_app
+
+from ..support.receiver import Receiver
+
+DEPENDENTS = {"forged_rejected", "stale_rejected", "tampered_rejected"}
+
+
+class CheckReceiver(Receiver):
+    """The test receiver, plus ``/moved``: 301 to an absolute URL."""
+
+    def behaviour(self, path: str, n: int) -> tuple[int, dict]:
+        if path == "/moved":
+            return 301, {"Location": self.url + "/final"}
+        return super().behaviour(path, n)
+
+
+# The deliberately bad receivers: (the rules that must fail, the rules that must be null).
+CASES = {
+    "careless": (DEPENDENTS, {"https"}),  # 200 to everything
+    "redirect": ({"signed_accepted", "duplicate_accepted", "no_redirect"}, DEPENDENTS | {"https"}),
+    "slow": ({"fast_answer"}, {"https"}),  # the example receiver, its first answer after 6 s
+    "error": ({"signed_accepted", "duplicate_accepted"}, DEPENDENTS | {"https"}),  # 500 to everything
+}
+SLOW_SECONDS = 6
+
+
+@pytest.fixture
+def bad_receiver():
+    with CheckReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture
+def case_url(request, bad_receiver, example, secret) -> str:
+    """The URL of the receiver of the test's ``case`` (one of CASES), signing with ``secret``."""
+    case = request.getfixturevalue("case")
+    if case == "slow":
+        return example.start(secret, first_delay=SLOW_SECONDS)
+    return bad_receiver.url + {"careless": "/ok", "redirect": "/moved", "error": "/status/500"}[case]
+
+
+class FirstSlow:
+    """WSGI middleware: the first request waits (the check times the signed event, its first request)."""
+
+    def __init__(self, app, delay: float):
+        self.app, self.delay, self.waited = app, delay, threading.Event()
+
+    def __call__(self, environ, start_response):
+        if not self.waited.is_set():
+            self.waited.set()
+            time.sleep(self.delay)  # the behaviour under test is a slow answer: nothing to inject
+        return self.app(environ, start_response)
+
+
+class ExampleReceiver:
+    """examples/receiver served on 127.0.0.1 (its own SQLite database, an RQ queue of its own)."""
+
+    PATH = "/webhooks/promesa"
+
+    def __init__(self, tmp_path, redis_url: str):
+        self.tmp_path, self.redis_url = tmp_path, redis_url
+        self.queue_name = f"promesa-receiver-check-{uuid.uuid4().hex[:12]}"
+        self.app = None
+        self.server = None
+
+    def start(self, *secrets: str, scheme: str = "promesa", first_delay: float = 0) -> str:
+        """Serve the example with these secrets; its URL."""
+        self.app = create_receiver_app({
+            "PROMESA_WEBHOOK_SECRETS": list(secrets),
+            "PROMESA_SIGNATURE_SCHEME": scheme,
+            "RECEIVER_DATABASE_URL": f"sqlite:///{self.tmp_path / 'receiver.db'}",
+            "RECEIVER_REDIS_URL": self.redis_url,
+            "RECEIVER_QUEUE": self.queue_name,
+            "TESTING": True,
+        })
+        served = FirstSlow(self.app, first_delay) if first_delay else self.app
+        self.server = make_server("127.0.0.1", 0, served, threaded=True)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_port}{self.PATH}"
+
+    def queued_event_ids(self) -> list[str]:
+        """The event id of each job the example enqueued (one per accepted request)."""
+        return [job.args[0] for job in self.app.extensions["promesa_receiver"].queue.jobs]
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        if self.app is not None:
+            ext = self.app.extensions["promesa_receiver"]
+            ext.storage.engine.dispose()
+            ext.queue.delete(delete_jobs=True)
+            keys = list(ext.redis.scan_iter(match=f"*{self.queue_name}*", count=1000))
+            if keys:
+                ext.redis.delete(*keys)
+            ext.redis.close()
+
+
+@pytest.fixture
+def example(tmp_path, redis_url):
+    running = ExampleReceiver(tmp_path, redis_url)
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def secret() -> str:
+    return new_secret()

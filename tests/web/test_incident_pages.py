@@ -1,0 +1,142 @@
+"""The on-call page and the incidents list: what fired, the evidence (escaped), and the buttons."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select, update
+
+from dashboard.core.extensions import db
+from dashboard.models import Attempt, Delivery, Incident, IncidentRule
+from dashboard.operations.sweeper import sweep_once
+
+from tests.support.pipeline import deliver_due
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def fired(app, producer, receiver, clock, users):
+    """A 4xx receiver, five dead letters, one open dead_letters incident."""
+    sub = producer.subscribe(receiver.url + "/status/400", description="billing")
+    for _ in range(5):
+        producer.publish()
+    for _ in range(3):
+        deliver_due(app, clock)
+        clock.advance(minutes=2)
+    sweep_once(app)
+    incident = db.session.scalar(select(Incident))
+    assert incident is not None
+    return sub, incident
+
+
+def test_oncall_sees_what_fired_and_the_evidence_escaped(client, auth, fired):
+    sub, incident = fired
+    db.session.execute(update(Attempt).where(Attempt.id == db.session.scalar(select(Attempt.id).limit(1)))
+                       .values(response_excerpt="<script>alert(1)</script>"))
+    db.session.commit()
+    auth.login("oncall")
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "Dead letters piling up" in page and sub["url"] in page
+    assert "at least 5 dead letters in 15 min" in page
+    assert "5 dead-lettered in the 15-minute window, 5 still dead" in page  # what each figure counts
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
+    assert "status 400 from /status/400" in page  # the receiver's answer, as the last distinct failure
+    assert page.count('class="dead"') >= 1 and "<svg" in page and "style=" not in page
+    assert f'/audit?subscription={sub["id"]}' in page and f'/subscriptions/{sub["id"]}/contract' in page
+    assert "Acknowledge" in page and "Replay these" not in page  # oncall acknowledges, does not replay
+    assert 'name="delivery_id"' not in page
+
+
+def test_the_list_puts_open_incidents_first_and_the_nav_shows_a_badge(client, auth, fired, clock):
+    _, incident = fired
+    now = clock.now()
+    db.session.add(Incident(subscription_id=None, rule="backlog", state="resolved", opened_at=now, first_seen_at=now,
+                            last_seen_at=now, resolved_at=now, figures={}))
+    db.session.commit()
+    auth.login("member")  # acme's member sees acme's incident, not Promesa's own
+    page = client.get("/incidents").get_data(as_text=True)
+    assert incident.id in page and "Promesa itself" not in page
+    assert "1 open incident" in client.get("/").get_data(as_text=True)
+    client.post("/logout", data={"csrf_token": auth.csrf()})
+    auth.login("admin")
+    page = client.get("/incidents").get_data(as_text=True)
+    assert page.index(incident.id) < page.index("Promesa itself")
+
+
+def test_an_operator_replays_the_windows_dead_letters_from_the_incident(client, auth, fired, app, clock, receiver):
+    sub, incident = fired
+    auth.login("operator")
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "Replay these (5, or the ticked ones)" in page
+    dead = db.session.scalars(select(Delivery.id).where(Delivery.state == "dead")).all()
+    resp = client.post(f"/incidents/{incident.id}/replay",
+                       data={"csrf_token": auth.csrf(), "delivery_id": [dead[0], "dlv_not_in_this_window"]},
+                       follow_redirects=True)
+    assert "Replaying 1 dead letters" in resp.get_data(as_text=True)
+    resp = client.post(f"/incidents/{incident.id}/replay", data={"csrf_token": auth.csrf()}, follow_redirects=True)
+    assert "Replaying 4 dead letters" in resp.get_data(as_text=True)
+    before = receiver.count()
+    deliver_due(app, clock)
+    assert receiver.count() == before + 5
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "status 400 from /status/400" in page  # the evidence stays after the replay
+
+
+def test_an_operator_pauses_from_the_incident(client, auth, fired):
+    sub, incident = fired
+    auth.login("operator")
+    client.post(f"/incidents/{incident.id}/pause", data={"csrf_token": auth.csrf()})
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "paused by operator@example.com from incident" in page
+
+
+def test_owners_tune_a_rule_and_bad_input_changes_nothing(client, auth, fired, app, clock, producer):
+    sub, incident = fired
+    auth.login("owner")
+    page = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
+    assert "Incident rules" in page and "at least 50 % of attempts failed over 15 min" in page
+    resp = client.post(f"/subscriptions/{sub['id']}/rules/dead_letters",
+                       data={"csrf_token": auth.csrf(), "enabled": "on", "threshold": "0"})
+    assert resp.status_code == 400 and b"threshold must be from 1" in resp.data
+    assert db.session.scalar(select(IncidentRule)) is None
+    resp = client.post(f"/subscriptions/{sub['id']}/rules/dead_letters",
+                       data={"csrf_token": auth.csrf(), "enabled": "on", "threshold": "10", "window_minutes": "30",
+                             "back": f"/incidents/{incident.id}"})
+    assert resp.status_code == 302 and resp.headers["Location"] == f"/incidents/{incident.id}"
+    clock.advance(minutes=1)
+    sweep_once(app)  # 5 dead letters no longer reach the subscription's own threshold of 10
+    clock.advance(minutes=31)
+    sweep_once(app)
+    db.session.expire_all()
+    assert db.session.get(Incident, incident.id).state == "resolved"
+    client.post(f"/subscriptions/{sub['id']}/rules/failure_rate", data={"csrf_token": auth.csrf()})
+    page = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
+    assert "at least 10 dead letters in 30 min" in page
+    assert db.session.get(IncidentRule, (sub["id"], "failure_rate")).enabled is False
+
+
+def test_the_member_can_acknowledge_but_not_edit_rules(client, auth, fired):
+    sub, incident = fired
+    auth.login("member")
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "Acknowledge" in page and "rules/dead_letters" not in page
+    client.post(f"/incidents/{incident.id}/acknowledge", data={"csrf_token": auth.csrf()})
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "by member@example.com" in page and ">Acknowledge<" not in page
+
+
+def test_promesas_own_incident_is_for_global_readers(client, auth, users, clock):
+    now = clock.now()
+    incident = Incident(subscription_id=None, rule="backlog", state="open", opened_at=now, first_seen_at=now,
+                        last_seen_at=now, figures={"due": 3, "oldest_waited_minutes": 12.5, "window_minutes": 10})
+    db.session.add(incident)
+    db.session.commit()
+    auth.login("owner")
+    assert client.get(f"/incidents/{incident.id}").status_code == 404
+    assert client.post(f"/incidents/{incident.id}/acknowledge", data={"csrf_token": auth.csrf()}).status_code == 404
+    client.post("/logout", data={"csrf_token": auth.csrf()})
+    auth.login("oncall")
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "Delivery backlog" in page and "Promesa's own health" in page and "3 deliveries due; the oldest has waited 12.5 min" in page
+    # Nothing to pause: it is about no subscription.
+    assert client.post(f"/incidents/{incident.id}/pause", data={"csrf_token": auth.csrf()}).status_code == 404

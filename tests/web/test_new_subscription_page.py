@@ -1,0 +1,87 @@
+"""Creating a subscription from the dashboard: the API's model and service behind a form, event types
+picked from the catalog (patterns allowed), and the secret shown once."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from sqlalchemy import func, select
+
+from dashboard.core import crypto
+from dashboard.core.extensions import db
+from dashboard.models import AuditEntry, Subscription
+
+pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
+
+FORM = {"description": "billing", "retry_policy": "quick-then-sweep", "signature_scheme": "standard-webhooks",
+        "connect_timeout": "2", "attempt_timeout": "4", "max_age_seconds": "3600", "rate_limit_per_s": "5",
+        "max_in_flight": "2"}
+
+
+def _declare(producer, name):
+    resp = producer.post("/api/v1/event-types", {"name": name, "version": 1, "schema": {"type": "object"}})
+    assert resp.status_code in (200, 201), resp.get_json()
+
+
+def test_an_owner_creates_a_subscription_from_the_catalog_and_sees_its_secret_once(client, auth, producer, receiver,
+                                                                                   users):
+    _declare(producer, "invoice.paid")
+    _declare(producer, "invoice.voided")
+    auth.login("owner")
+    page = client.get("/subscriptions/new").get_data(as_text=True)
+    assert 'value="invoice.paid"' in page and 'value="invoice.voided"' in page  # the catalog, as boxes to tick
+    assert 'value="promesa.incident.opened"' in page
+
+    resp = client.post("/subscriptions/new", data={
+        **FORM, "csrf_token": auth.csrf(), "team": "acme", "url": receiver.url + "/hook",
+        "event_types": ["invoice.paid", "promesa.incident.opened"], "event_patterns": "file.*, file.*"})
+    assert resp.status_code == 201 and resp.headers["Cache-Control"] == "no-store"
+    sub = db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/hook"))
+    assert sub.event_types == ["invoice.paid", "promesa.incident.opened", "file.*"]
+    assert (sub.retry_policy, sub.signature_scheme, sub.connect_timeout, sub.attempt_timeout, sub.max_age_seconds,
+            sub.rate_limit_per_s, sub.max_in_flight, sub.description) == \
+        ("quick-then-sweep", "standard-webhooks", 2, 4, 3600, 5, 2, "billing")
+    secret = crypto.decrypt(sub.secret_ciphertext)
+    html = resp.get_data(as_text=True)
+    assert re.search(r'id="new-secret">([^<]+)<', html).group(1) == secret
+    assert 'data-copy="new-secret"' in html
+    assert f'action="/subscriptions/{sub.id}/checks"' in html and "Run receiver check" in html  # offered, not run
+    assert secret not in client.get(f"/subscriptions/{sub.id}").get_data(as_text=True)
+    [created] = db.session.scalars(select(AuditEntry).where(AuditEntry.action == "subscription.created",
+                                                           AuditEntry.subscription_id == sub.id))
+    assert created.actor == "owner@example.com" and secret not in str(created.detail)
+
+    edit = client.get(f"/subscriptions/{sub.id}/edit").get_data(as_text=True)  # chosen the same way
+    assert re.search(r'value="invoice.paid" checked', edit) and not re.search(r'value="invoice.voided" checked', edit)
+    assert 'name="event_patterns" value="file.*"' in edit
+
+
+def test_the_forms_rules_are_the_apis(client, auth, producer, users):
+    auth.login("owner")
+    count = lambda: db.session.scalar(select(func.count()).select_from(Subscription))  # noqa: E731
+    before = count()
+    for bad, says in [({"url": "ftp://x"}, "url must be"), ({"url": "https://example.com", "event_types": "bad type!"},
+                                                            "event_types"),
+                      ({"url": "https://example.com", "connect_timeout": "99"}, "connect_timeout"),
+                      ({"url": "https://example.com", "signature_scheme": "md5"}, "signature_scheme"),
+                      ({"url": "https://example.com", "connect_timeout": "soon"}, "connect_timeout")]:
+        resp = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "acme",
+                                                       "event_types": "*", **bad})
+        assert resp.status_code == 400, bad
+        assert says in resp.get_data(as_text=True)
+    assert count() == before
+
+
+def test_an_admin_chooses_the_team_and_an_owner_cannot_create_for_another(client, auth, producer, receiver, users):
+    auth.login("admin")
+    assert "Choose the team first" in client.get("/subscriptions/new").get_data(as_text=True)
+    resp = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "other",
+                                                   "url": receiver.url + "/x", "event_types": "*"})
+    assert resp.status_code == 201
+    assert db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/x")).team.name == "other"
+    auth.login("owner")
+    resp = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "other",
+                                                   "url": receiver.url + "/y", "event_types": "*"})
+    assert resp.status_code == 201  # the owner's own team, whatever was posted
+    assert db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/y")).team.name == "acme"

@@ -1,0 +1,71 @@
+"""The subscription page: its week of outcomes, delivery filters, disable / enable, and its own audit entries."""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import select
+
+from dashboard.core.extensions import db
+from dashboard.models import AuditEntry, Delivery, Subscription
+
+from tests.support import pipeline
+
+
+def test_disable_needs_a_reason_that_everyone_then_reads(app, client, auth, producer, receiver, users):
+    sub = producer.subscribe(receiver.url + "/status/200")
+    producer.publish()
+    auth.login("operator")
+    token = auth.csrf()
+    refused = client.post(f"/subscriptions/{sub['id']}/disable", data={"csrf_token": token, "reason": "  "})
+    assert refused.status_code == 400 and "reason is required" in refused.get_data(as_text=True)
+    assert db.session.get(Subscription, sub["id"]).state == "active"  # nothing changed half-way
+
+    client.post(f"/subscriptions/{sub['id']}/disable", data={"csrf_token": token, "reason": "receiver <migrating>"})
+    db.session.expire_all()
+    assert db.session.get(Subscription, sub["id"]).state == "disabled"
+    assert db.session.scalar(select(Delivery.state)) == "held"
+    # Resume does not end a disable; enable does.
+    assert client.post(f"/subscriptions/{sub['id']}/resume", data={"csrf_token": token}).status_code == 409
+
+    auth.login("member")
+    html = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
+    assert "receiver &lt;migrating&gt;" in html and 'role="alert"' in html
+    assert "<button" not in html.split("<h2 id=\"outcomes\">")[0].split("</header>")[1]  # a member gets no buttons
+
+    auth.login("owner")
+    client.post(f"/subscriptions/{sub['id']}/enable", data={"csrf_token": auth.csrf()})
+    db.session.expire_all()
+    assert db.session.get(Subscription, sub["id"]).state == "active"
+    assert db.session.scalar(select(Delivery.state)) == "pending"
+    actions = db.session.scalars(select(AuditEntry.action).order_by(AuditEntry.id)).all()
+    assert actions[-2:] == ["subscription.disabled", "subscription.enabled"]
+    enabled = db.session.scalar(select(AuditEntry).where(AuditEntry.action == "subscription.enabled"))
+    assert enabled.actor == "owner@example.com" and enabled.deliveries == 1
+
+
+def test_it_shows_its_outcomes_its_filters_and_its_own_audit_entries(app, client, auth, producer, receiver, users, clock):
+    sub = producer.subscribe(receiver.url + "/status/500")
+    other = producer.subscribe(receiver.url + "/status/200")
+    producer.publish("file.updated")
+    producer.publish("file.deleted")
+    pipeline.deliver_due(app, clock)
+    producer.post(f"/api/v1/subscriptions/{other['id']}/pause")
+    auth.login("member")
+    page = f"/subscriptions/{sub['id']}"
+
+    html = client.get(page + "?window=7d").get_data(as_text=True)
+    assert "Outcomes, last 7 days, per hour" in html
+    failures = re.search(r'<path class="fail" d="([^"]+)"><title>Failed: 2</title>', html)
+    assert failures and failures.group(1).count("M") == 1  # both failures fall in this hour's bar
+
+    assert html.count("<td>file.updated</td>") == 1 and html.count("<td>file.deleted</td>") == 1
+    only_deleted = client.get(page + "?type=file.deleted").get_data(as_text=True)
+    assert "<td>file.deleted</td>" in only_deleted and "<td>file.updated</td>" not in only_deleted
+    assert client.get(page + "?status=500").get_data(as_text=True).count("<td><a href=\"/deliveries/") == 2
+    assert client.get(page + "?status=200").get_data(as_text=True).count("<td><a href=\"/deliveries/") == 0
+    assert client.get(page + "?status=abc").status_code == 400
+
+    audit_part = html.split("<h2>Audit log</h2>")[1]
+    assert "subscription.created" in audit_part and "subscription.paused" not in audit_part  # only its own
+    assert f"/audit?subscription={sub['id']}" in audit_part
