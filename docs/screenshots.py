@@ -19,14 +19,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dashboard import audit, create_app, crypto, outcomes, signing  # noqa: E402
-from dashboard.clock import FrozenClock  # noqa: E402
-from dashboard.extensions import db  # noqa: E402
-from dashboard.ids import new_id  # noqa: E402
-from dashboard.ingest import thin_body  # noqa: E402
-from dashboard.models import (  # noqa: E402
-    ApiToken, Attempt, AuditEntry, Delivery, Event, OutcomeCount, Subscription, Team, User,
-)
+from dashboard import audit
+from dashboard.app import create_app
+from promesa_receiver import check as check_rules
+from promesa_receiver import signing
+from dashboard.core import crypto
+from dashboard.stats import outcomes  # noqa: E402
+from dashboard.core.clock import FrozenClock  # noqa: E402
+from dashboard.core.extensions import db  # noqa: E402
+from dashboard.core.ids import new_id  # noqa: E402
+from dashboard.ingest.accept import thin_body  # noqa: E402
+from dashboard.models import (ApiToken, Attempt, AuditEntry, Check, Delivery, Event, Incident, OutcomeCount,  # noqa: E402
+                              Subscription, Team, User)
 
 NOW = dt.datetime(2026, 11, 30, 14, 0)
 # (file name, path: "{subscription}", "{event}" and "{delivery}" are the demo's worst ones)
@@ -34,10 +38,13 @@ PAGES = [
     ("overview", "/"),
     ("dead-letters", "/dead-letters"),
     ("incidents", "/incidents"),
+    ("incident", "/incidents/{incident}"),
     ("subscription", "/subscriptions/{subscription}"),
     ("event", "/events/{event}"),
     ("delivery", "/deliveries/{delivery}"),
     ("audit", "/audit"),
+    ("new-endpoint", "/subscriptions/new?team=payments"),
+    ("tokens", "/tokens"),
 ]
 # (url, description, team, state, state reason, failure rate per hour: fn(hours ago) -> 0..1, attempts per hour)
 ENDPOINTS = [
@@ -62,6 +69,8 @@ def seed(app) -> dict:
     db.session.flush()
     for team in teams.values():
         token, _ = ApiToken.issue(team)
+        token.name, token.created_by, token.created_at = f"{team.name} producer", "owner@example.com", \
+            NOW - dt.timedelta(days=20)
         db.session.add(token)
     worst = {}
     counts, entries = [], []
@@ -95,7 +104,27 @@ def seed(app) -> dict:
                            detail={"which": "all dead letters"}),
         audit.entry_values("token.created", at=NOW - dt.timedelta(days=3), actor=("user", "owner@example.com"),
                            team_id=teams["search"].id, target="token:pk_8kLm2Zq"),
+        audit.entry_values("subscription.edited", at=NOW - dt.timedelta(days=2), actor=("user", "owner@example.com"),
+                           team_id=teams["payments"].id, subscription_id=_sub_id(0),
+                           detail={"before": {"url": "https://billing.example.com/webhooks", "retry_policy": "exponential"},
+                                   "after": {"url": ENDPOINTS[0][0], "retry_policy": "quick-then-sweep"}}),
     ]
+    # The failing billing endpoint has an open incident: the list, the badge and the on-call page show it.
+    incident = Incident(subscription_id=_sub_id(0), team_id=teams["payments"].id, rule="dead_letters", state="open",
+                        opened_at=NOW - dt.timedelta(hours=2, minutes=50), first_seen_at=NOW - dt.timedelta(hours=3),
+                        last_seen_at=NOW - dt.timedelta(minutes=1),
+                        figures={"dead": 147, "threshold": 5, "window_minutes": 15})
+    db.session.add(incident)
+    db.session.flush()
+    worst = {**worst, "incident": incident.id}
+    # Its last receiver check: the endpoint took a request signed with the wrong secret.
+    answers = {step: check_rules.Answer(status, seconds) for step, status, seconds in [
+        ("signed", 200, 0.21), ("duplicate", 200, 0.18), ("forged", 200, 0.2), ("stale", 401, 0.05),
+        ("tampered", 401, 0.04)]}
+    db.session.add(Check(id="chk_demo0000000000000001", subscription_id=_sub_id(0), state="finished",
+                         started_at=NOW - dt.timedelta(minutes=20), finished_at=NOW - dt.timedelta(minutes=20),
+                         requested_by="owner@example.com",
+                         results=check_rules.judge(ENDPOINTS[0][0], "promesa", answers)))
     db.session.flush()
     db.session.execute(OutcomeCount.__table__.insert(), counts)
     db.session.execute(AuditEntry.__table__.insert(), entries)
@@ -154,7 +183,7 @@ def main() -> None:
     try:
         app = create_app({"SQLALCHEMY_DATABASE_URI": f"sqlite:///{instance / 'demo.db'}", "INSTANCE_PATH": str(instance),
                           "REDIS_URL": None, "PROMESA_REDIS_PREFIX": "promesa-demo", "PROMESA_QUEUE": "promesa-demo",
-                          "CLOCK": FrozenClock(NOW)})
+                          "CLOCK": FrozenClock(NOW), "PROMESA_BASE_URL": "https://promesa.example.com"})
         with app.app_context():
             flask_migrate.upgrade()
             ids = seed(app)
@@ -175,6 +204,10 @@ def main() -> None:
                 target = ROOT / "docs" / f"{name}.png"
                 page.screenshot(path=str(target), full_page=True)
                 print(f"wrote {target.relative_to(ROOT)}")
+            page.set_viewport_size({"width": 400, "height": 860})  # the on-call engineer's phone
+            page.goto(base + f"/incidents/{ids['incident']}")
+            page.screenshot(path=str(ROOT / "docs" / "incident-phone.png"), full_page=True)
+            print("wrote docs/incident-phone.png")
             browser.close()
         server.shutdown()
     finally:
