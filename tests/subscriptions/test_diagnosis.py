@@ -49,7 +49,8 @@ CAUSES = [
 @pytest.mark.parametrize("cause, target, words", CAUSES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CAUSES)])
 def test_each_kind_of_failure_is_its_own_cause_with_advice(app, producer, receiver, clock, cause, target, words):
     url = target() if callable(target) else target if target.startswith("http") else receiver.url + target
-    sub = producer.subscribe(url, attempt_timeout=0.5)
+    # Only the slow receiver meets the short limit: a loaded machine can take 0.5 s to answer a status.
+    sub = producer.subscribe(url, attempt_timeout=0.5 if cause == "timeout" else 10)
     producer.publish()
     producer.publish()
     deliver_due(app, clock)
