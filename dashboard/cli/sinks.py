@@ -1,4 +1,4 @@
-"""`promesa sinks add|list|remove`: notification sinks from the command line (as on the admin page)."""
+"""`promesa sinks add|list|change|test|remove`: notification sinks from the command line (as on the admin page)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,30 @@ def _sink(sink_id: str) -> NotificationSink:
     if sink is None:
         raise click.ClickException(f"no sink {sink_id}; `promesa sinks list` shows them")
     return sink
+
+
+@sinks_command.command("change")
+@click.argument("sink_id")
+@click.option("--name", default=None, help="a new name (left out: the name stays)")
+@click.option("--team", "teams", multiple=True, help="hear only this team's notifications (repeat for several)")
+@click.option("--every-team", is_flag=True, help="hear every team's notifications, and Promesa's own")
+@click.option("--only", "kinds", multiple=True, type=click.Choice(sorted(notifications.SINK_NOTIFICATIONS)),
+              help="hear only this kind of notification (repeat for several)")
+@click.option("--every-kind", is_flag=True, help="hear every kind of notification")
+def sinks_change(sink_id, name, teams, every_team, kinds, every_kind):
+    """Change a sink's name or filter; what is left out stays as it is."""
+    if (teams and every_team) or (kinds and every_kind):
+        raise click.UsageError("--team and --every-team (or --only and --every-kind) contradict each other")
+    sink = _sink(sink_id)
+    try:
+        changed = notifications.change_sink(
+            sink, actor=CLI_ACTOR, name=sink.name if name is None else name,
+            teams=[] if every_team else list(teams) or notifications.teams_named(sink.team_ids),
+            kinds=[] if every_kind else list(kinds) or sink.kinds)
+    except ApiError as exc:
+        raise click.ClickException(exc.message) from None
+    click.echo(f"changed sink {sink_id}: {', '.join(changed)}; it hears {notifications.describe_filter(sink)}"
+               if changed else f"sink {sink_id} already is that: nothing changed")
 
 
 @sinks_command.command("remove")

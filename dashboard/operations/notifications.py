@@ -372,6 +372,14 @@ def sink_filter(team_names: list[str] | None, kinds: list[str] | None) -> tuple[
     return sorted(teams.values()), kinds
 
 
+def sink_name(name: str | None) -> str:
+    """A sink's name, checked: what people call it, on one line."""
+    name = (name or "").strip()
+    if len(name) > SINK_NAME_MAX or any(ord(ch) < 0x20 for ch in name):
+        raise ApiError(400, f"a sink's name is at most {SINK_NAME_MAX} characters, on one line")
+    return name
+
+
 def add_sink(kind: str, url: str, actor: tuple[str, str] | None = None, *, name: str = "",
              teams: list[str] | None = None, kinds: list[str] | None = None) -> tuple[NotificationSink, str]:
     """A new sink and its signing secret (shown once: JSON sinks verify signatures with it). `teams`, `kinds`:
@@ -380,9 +388,7 @@ def add_sink(kind: str, url: str, actor: tuple[str, str] | None = None, *, name:
         raise ApiError(400, f"kind must be one of: {', '.join(SINK_KINDS)}")
     if not isinstance(url, str) or not url.strip():
         raise ApiError(400, "url is required")
-    name = (name or "").strip()
-    if len(name) > SINK_NAME_MAX or any(ord(ch) < 0x20 for ch in name):
-        raise ApiError(400, f"a sink's name is at most {SINK_NAME_MAX} characters, on one line")
+    name = sink_name(name)
     team_ids, kinds = sink_filter(teams, kinds)
     url = url.strip()
     problem = url_problem(url, current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
@@ -406,6 +412,26 @@ def add_sink(kind: str, url: str, actor: tuple[str, str] | None = None, *, name:
                          "kinds": kinds})
     db.session.commit()
     return sink, secret
+
+
+def change_sink(sink: NotificationSink, actor: tuple[str, str] | None = None, *, name: str,
+                teams: list[str] | None, kinds: list[str] | None) -> list[str]:
+    """A sink's new name and filter (`teams`, `kinds` empty: everything), audited with each changed field's old
+    and new value. Its address stays: a new URL is a new sink, with a new secret. Returns the fields changed."""
+    team_ids, kinds = sink_filter(teams, kinds)
+    before = {"name": sink.name or "", "teams": teams_named(sink.team_ids), "kinds": sink.kinds or []}
+    after = {"name": sink_name(name), "teams": teams_named(team_ids), "kinds": kinds}
+    changed = [field for field in after if before[field] != after[field]]
+    if not changed:
+        return []
+    sink.name, sink.team_ids, sink.kinds = after["name"], team_ids or None, kinds or None
+    sink.subscription.description = f"{sink.kind} notification sink {after['name']}".strip()
+    sink.subscription.updated_at = current_app.config["CLOCK"].now()
+    audit.record("sink.changed", subscription=sink.subscription, target=f"sink:{sink.id}",
+                 actor=actor or audit.current_actor(),
+                 detail={"before": {f: before[f] for f in changed}, "after": {f: after[f] for f in changed}})
+    db.session.commit()
+    return changed
 
 
 def teams_named(team_ids: list[int] | None) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from dashboard.cli import cli
 from dashboard.core.extensions import db
@@ -87,3 +87,66 @@ def test_the_cli_names_filters_and_tests_a_sink(app, users, sink, clock):
     deliver_due(app, clock)
     [request] = sink.accepted()
     assert json.loads(request.body)["type"] == "promesa.sink.test"
+
+
+def test_an_admin_changes_a_sinks_name_and_filter_and_the_audit_log_shows_old_and_new(app, client, auth, users,
+                                                                                       sink):
+    row, _ = notifications.add_sink("json", sink.url + "/j", name="acme incidents", teams=["acme"],
+                                    kinds=["incident.opened"])
+    auth.login("admin")
+    resp = client.post(f"/sinks/{row.id}/edit", data={"csrf_token": auth.csrf(), "name": "#ops",
+                                                      "kinds": ["replay.finished"]})
+    assert resp.status_code == 302
+    page = client.get("/sinks").get_data(as_text=True)
+    assert "Sink #ops changed: name, teams, kinds." in page and "replay.finished · every team" in page
+    acme = db.session.scalar(select(Team).where(Team.name == "acme"))
+    notifications.notify("incident.opened", text="x", path="/", data={}, team_id=acme.id)
+    notifications.notify("replay.finished", text="x", path="/", data={}, team_id=None)
+    db.session.commit()
+    assert len(_heard(row)) == 1  # the replay only: the old filter is gone
+    changed = db.session.scalar(select(AuditEntry).where(AuditEntry.action == "sink.changed"))
+    assert changed.actor == "admin@example.com" and changed.target == f"sink:{row.id}"
+    assert changed.detail == {"before": {"name": "acme incidents", "teams": ["acme"], "kinds": ["incident.opened"]},
+                              "after": {"name": "#ops", "teams": [], "kinds": ["replay.finished"]}}
+    assert "<del>acme incidents</del> → <ins>#ops</ins>" in client.get("/audit").get_data(as_text=True)
+    again = client.post(f"/sinks/{row.id}/edit", data={"csrf_token": auth.csrf(), "name": "#ops",
+                                                       "kinds": ["replay.finished"]})
+    assert again.status_code == 302 and "Nothing to change." in client.get("/sinks").get_data(as_text=True)
+    assert db.session.scalar(select(func.count()).where(AuditEntry.action == "sink.changed")) == 1
+
+
+@pytest.mark.parametrize("form, says", [
+    ({"name": " "}, "give the sink a name"),
+    ({"name": "ops", "teams": ["nobody"]}, "no team named nobody"),
+    ({"name": "ops", "kinds": ["incident.exploded"]}, "notification kinds are"),
+    ({"name": "a\nb"}, "on one line"),
+])
+def test_a_bad_change_is_refused_with_its_reason_and_changes_nothing(app, client, auth, users, sink, form, says):
+    row, _ = notifications.add_sink("json", sink.url + "/j", name="acme incidents", teams=["acme"])
+    auth.login("admin")
+    resp = client.post(f"/sinks/{row.id}/edit", data={"csrf_token": auth.csrf(), **form})
+    assert resp.status_code == 400 and says in resp.get_data(as_text=True)
+    db.session.expire_all()
+    stored = db.session.get(NotificationSink, row.id)
+    assert (stored.name, notifications.teams_named(stored.team_ids), stored.kinds) == ("acme incidents", ["acme"],
+                                                                                     None)
+    assert db.session.scalar(select(func.count()).where(AuditEntry.action == "sink.changed")) == 0
+    assert client.post("/sinks/snk_nope/edit", data={"csrf_token": auth.csrf(), "name": "x"}).status_code == 404
+
+
+def test_the_cli_changes_what_it_is_told_and_keeps_the_rest(app, users, sink):
+    row, _ = notifications.add_sink("json", sink.url + "/j", name="ops", teams=["acme"], kinds=["incident.opened"])
+    runner = app.test_cli_runner()
+    kinds = runner.invoke(cli, ["sinks", "change", row.id, "--only", "incident.resolved"])
+    assert kinds.exit_code == 0 and "changed sink" in kinds.output and "incident.resolved · teams acme" in kinds.output
+    everyone = runner.invoke(cli, ["sinks", "change", row.id, "--every-team", "--name", "all teams"])
+    assert everyone.exit_code == 0 and "name, teams" in everyone.output
+    db.session.expire_all()
+    stored = db.session.get(NotificationSink, row.id)
+    assert (stored.name, stored.team_ids, stored.kinds) == ("all teams", None, ["incident.resolved"])
+    same = runner.invoke(cli, ["sinks", "change", row.id, "--name", "all teams"])
+    assert same.exit_code == 0 and "nothing changed" in same.output
+    both = runner.invoke(cli, ["sinks", "change", row.id, "--team", "acme", "--every-team"])
+    assert both.exit_code == 2 and "contradict" in both.output
+    unknown = runner.invoke(cli, ["sinks", "change", row.id, "--team", "nobody"])
+    assert unknown.exit_code == 1 and "no team named nobody" in unknown.output

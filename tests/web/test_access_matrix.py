@@ -89,6 +89,7 @@ MATRIX = {
     ("pages.save_incident_rule", "POST"): EDIT,
     ("pages.sinks", "GET"): ADMIN_ONLY,
     ("pages.add_sink", "POST"): ADMIN_ONLY,
+    ("pages.change_sink", "POST"): ADMIN_ONLY,
     ("pages.remove_sink", "POST"): ADMIN_ONLY,
     ("pages.test_sink", "POST"): ADMIN_ONLY,
     # Loopback clients (the test client) without PROMESA_METRICS_TOKEN: tests/test_metrics.py checks the rest.

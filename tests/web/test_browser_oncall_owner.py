@@ -159,4 +159,18 @@ def test_an_admin_adds_a_named_filtered_sink_and_sends_it_a_test_message(app, re
     assert json.loads(got.body)["type"] == "promesa.sink.test"
     page.click(".flash a")  # how the sink answered
     assert "\t200\t" in page.locator("main").inner_text()
+
+    page.goto(live_url + "/sinks")
+    row = page.locator("table.sinks tr", has_text="#acme-oncall")
+    row.locator("summary:text('Change name or filter')").click()
+    row.locator("input[name=name]").fill("#oncall")
+    row.locator("input[name=teams][value=acme]").uncheck()
+    row.locator("input[name=kinds][value='incident.resolved']").check()
+    row.locator("button:text('Save')").click()
+    assert "Sink #oncall changed: name, teams, kinds." in page.locator(".flash").inner_text()
+    row = page.locator("table.sinks tr", has_text="#oncall")
+    assert "incident.opened, incident.resolved · every team" in row.inner_text()
+    row.locator("button:text('Remove')").click()
+    assert page.dialogs[-1] == "Remove the sink #oncall? It gets no more notifications."
+    assert "Sink removed" in page.locator(".flash").inner_text()
     assert_no_csp_violations(page)

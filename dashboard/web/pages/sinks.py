@@ -21,7 +21,8 @@ def _page(status: int = 200, **shown):
     return render_template("sinks/page.html", sinks=notifications.sinks(), masked=notifications.masked,
                            kinds=notifications.SINK_KINDS, teams=teams,
                            notification_kinds=sorted(notifications.SINK_NOTIFICATIONS),
-                           describe_filter=notifications.describe_filter, **shown), status
+                           describe_filter=notifications.describe_filter, teams_named=notifications.teams_named,
+                           **shown), status
 
 
 def _sink_or_404(sink_id: str) -> NotificationSink:
@@ -30,6 +31,14 @@ def _sink_or_404(sink_id: str) -> NotificationSink:
     if sink is None:
         abort(404)
     return sink
+
+
+def _name_in_form() -> str:
+    # The dashboard asks for a name (the CLI may leave it out): notifications call a sink by it.
+    name = request.form.get("name", "").strip()
+    if not name:
+        raise ApiError(400, "give the sink a name, so that people know where notifications go")
+    return name
 
 
 @bp.get("/sinks")
@@ -45,15 +54,28 @@ def add_sink():
     # A new sink is a subscription of the system team; its signing secret is shown on this answer only.
     access.require(access.is_admin(current_user))
     try:
-        if not request.form.get("name", "").strip():
-            raise ApiError(400, "give the sink a name, so that people know where notifications go")
         sink, secret = notifications.add_sink(request.form.get("kind", ""), request.form.get("url", ""),
-                                              name=request.form.get("name", ""),
+                                              name=_name_in_form(),
                                               teams=request.form.getlist("teams"), kinds=request.form.getlist("kinds"))
     except ApiError as exc:
         db.session.rollback()
         return _page(exc.status, error=exc.message, form=request.form)
     return _page(201, created=sink, secret=secret)
+
+
+@bp.post("/sinks/<sink_id>/edit")
+@login_required
+def change_sink(sink_id):
+    # Name and filter only: a new address is a new sink, with a secret of its own.
+    sink = _sink_or_404(sink_id)
+    try:
+        changed = notifications.change_sink(sink, name=_name_in_form(),
+                                            teams=request.form.getlist("teams"), kinds=request.form.getlist("kinds"))
+    except ApiError as exc:
+        db.session.rollback()
+        return _page(exc.status, error=exc.message)
+    flash(f"Sink {sink.name} changed: {', '.join(changed)}." if changed else "Nothing to change.", "ok")
+    return redirect(url_for(".sinks"))
 
 
 @bp.post("/sinks/<sink_id>/test")
