@@ -28,6 +28,7 @@ from dashboard.models import (
 from dashboard.queue.handoff import enqueue
 from dashboard.queue.work import work_item
 from dashboard.schemas import EventInput, SubscriptionEdit, SubscriptionInput
+from dashboard.stats import outcomes
 
 
 def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
@@ -261,7 +262,7 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
 def give_up(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
     """"Give up now": scheduled deliveries (the named ones, or all of the subscription's) become dead
     letters at once instead of waiting out a hopeless retry schedule. One in flight is left to finish.
-    Audited with the count; returns how many."""
+    Counted as dead letters of this minute, audited with the count; returns how many."""
     not_deleted(sub)
     now = current_app.config["CLOCK"].now()
     where = [Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.SCHEDULED,
@@ -272,6 +273,8 @@ def give_up(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
         update(Delivery).where(*where)
         .values(state=DeliveryState.DEAD, next_attempt_at=None, dead_lettered_at=now, updated_at=now)
         .execution_options(synchronize_session=False)).rowcount
+    if given_up:  # dead letters on the charts, in /metrics and for the incident rules, as when a schedule runs out
+        outcomes.add(db.session.connection(), {(sub.id, outcomes.minute_of(now)): [0, 0, given_up, 0]})
     audit.record("deliveries.given_up", subscription=sub, deliveries=given_up,
                  detail={"delivery_ids": delivery_ids[:20]} if delivery_ids else {"which": "all scheduled"})
     db.session.commit()

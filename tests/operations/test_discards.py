@@ -3,6 +3,7 @@ deliveries are held (SQLite and PostgreSQL, real Redis, real RQ worker, real rec
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 from sqlalchemy import select
@@ -11,6 +12,7 @@ from dashboard.core.extensions import db
 from dashboard.models import AuditEntry, Delivery, Event, Replay, Subscription
 from dashboard.operations import replays
 from dashboard.operations.retention import Pruner
+from dashboard.stats import outcomes
 from dashboard.web.api import shapes
 from dashboard.subscriptions import service as subscription_service
 
@@ -80,6 +82,9 @@ def test_giving_up_makes_scheduled_deliveries_dead_at_once_and_leaves_the_rest(a
     assert states(sub["id"]) == ["dead", "scheduled"]
     assert subscription_service.give_up(row) == 1
     assert states(sub["id"]) == ["dead", "dead"] and states(ok["id"]) == ["succeeded"] * 2
+    # Counted as dead letters, as a schedule that ran out would be: the charts, /metrics and the rules see them.
+    counted = outcomes.totals(db.session, [sub["id"], ok["id"]], clock.now() - dt.timedelta(hours=1))
+    assert (counted[sub["id"]].dead, counted[sub["id"]].failed, counted[ok["id"]].dead) == (2, 2, 0)
     clock.advance(days=2)
     before = len(receiver.requests)
     deliver_due(app, clock)  # their retries were due by now: none is sent
