@@ -26,6 +26,13 @@ class Received:
     at: float
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The engine opens dozens of connections to one receiver at once, as a real server's backlog takes:
+    # socketserver's 5 drops the rest, whose SYNs come again 1, 2, 4, 8 s later or time out.
+    request_queue_size = 128
+
+
 class Receiver:
     def __init__(self, port: int = 0):  # a port: to come back where a stopped receiver was
         self.requests: list[Received] = []
@@ -59,8 +66,7 @@ class Receiver:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the sender gave up (timeout); that is the point of some tests
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def behaviour(self, path: str, n: int) -> tuple[int, dict]:
