@@ -400,6 +400,7 @@ class IncidentState:
 
 
 _UNRESOLVED = text("resolved_at IS NULL")
+INCIDENT_NOTE_MAX = 500  # characters of an acknowledgement's note
 
 
 class Incident(db.Model):
@@ -426,7 +427,7 @@ class Incident(db.Model):
     opened_at: Mapped[dt.datetime] = mapped_column(DateTime)
     acknowledged_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     acknowledged_by: Mapped[str | None] = mapped_column(String(254))
-    acknowledged_note: Mapped[str | None] = mapped_column(String(500))
+    acknowledged_note: Mapped[str | None] = mapped_column(String(INCIDENT_NOTE_MAX))
     # No notifications about it until then (it still shows, and still resolves by itself).
     snoozed_until: Mapped[dt.datetime | None] = mapped_column(DateTime)
     snoozed_by: Mapped[str | None] = mapped_column(String(254))

@@ -31,9 +31,11 @@ from dashboard.core.validation import (
     text,
 )
 from dashboard.models import (
+    INCIDENT_NOTE_MAX,
     RETRY_POLICY_NAMES,
     CheckState,
     DeliveryState,
+    IncidentState,
     ReplayKind,
     ReplayState,
     SubscriptionState,
@@ -186,6 +188,17 @@ class SubscriptionsQuery(BaseModel):
     limit: Annotated[int, Field(ge=1, le=100), Must("a whole number from 1 to 100")] = 50
     after: Annotated[str | None, Field(pattern=DELIVERY_ID_PATTERN, description="the next_after of the previous page"),
                      Must("a subscription id (the next_after of the previous page)")] = None
+
+
+class IncidentsQuery(BaseModel):
+    """A page of the team's incidents, newest first (ids are time-ordered)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    state: Annotated[Literal[IncidentState.ALL] | None, Must(f"one of: {', '.join(IncidentState.ALL)}")] = None
+    limit: Annotated[int, Field(ge=1, le=100), Must("a whole number from 1 to 100")] = 50
+    before: Annotated[str | None, Field(pattern=DELIVERY_ID_PATTERN, description="the next_before of the previous page"),
+                      Must("an incident id (the next_before of the previous page)")] = None
 
 
 # -- responses (documentation) ---------------------------------------------------------------------
@@ -465,3 +478,37 @@ class Diagnosis(BaseModel):
     p95_ms: int | None = Field(description="95th percentile of the answer times in the window")
     timeout_limit_seconds: float
     groups: list[DiagnosisGroup] = Field(description="failures by cause, most frequent first")
+
+
+class AcknowledgeInput(Body):
+    note: Annotated[str, Field(max_length=INCIDENT_NOTE_MAX, description="what you are doing about it, for the sinks "
+                                                                          "and the incident's page"),
+                    Must(f"text of at most {INCIDENT_NOTE_MAX} characters")] = ""
+
+
+class SnoozeInput(Body):
+    until: Annotated[AwareDatetime, Field(description="no notifications about it until then: at most 7 days ahead"),
+                     Must("an RFC 3339 time with a zone, like 2026-11-30T18:00:00Z")]
+
+
+class Incident(BaseModel):
+    id: str
+    subscription_id: str | None = Field(description="null: Promesa's own health (the backlog)")
+    state: Literal[IncidentState.ALL]
+    title: str = Field(description="what the first rule that fired says")
+    rules: list[str] = Field(description="every rule that fired during the outage, the first first")
+    figures: list[str] = Field(description="the figures that fired it, in words")
+    opened_at: str
+    first_seen_at: str = Field(description="when the evidence starts: the first dead letter, failure or wait")
+    acknowledged_at: str | None
+    acknowledged_by: str | None
+    note: str | None = Field(description="the acknowledgement's note")
+    snoozed_until: str | None
+    resolved_at: str | None
+    resolved_by: str | None = Field(description="null when it resolved by itself")
+    url: str = Field(description="its page on the dashboard")
+
+
+class IncidentList(BaseModel):
+    data: list[Incident]
+    next_before: str | None

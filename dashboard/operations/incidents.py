@@ -36,6 +36,7 @@ from dashboard.core.clock import iso
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import (
+    INCIDENT_NOTE_MAX,
     Delivery,
     DeliveryState,
     Incident,
@@ -225,7 +226,7 @@ def snoozed(incident: Incident, now: dt.datetime | None = None) -> bool:
     return incident.snoozed_until is not None and incident.snoozed_until > now
 
 
-NOTE_MAX = 500
+NOTE_MAX = INCIDENT_NOTE_MAX
 
 
 def acknowledge(incident: Incident, who: str, note: str = "") -> bool:

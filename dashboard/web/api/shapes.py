@@ -12,12 +12,16 @@ from dashboard.models import (
     DeliveryState,
     Event,
     EventType,
+    Incident,
     Replay,
     Subscription,
     Team,
 )
 from dashboard.ingest import quotas
+from dashboard.operations import incidents as incident_service
+from dashboard.operations import notifications
 from dashboard.operations import replays as replay_service
+from dashboard.operations.incident_rules import TITLES
 from dashboard.subscriptions import rotation
 
 
@@ -91,6 +95,17 @@ def replay(r: Replay) -> dict:
 def replay_started(r: Replay, started: bool) -> dict:
     """A bulk replay as `start` answers: `duplicate` when the same filter was already queued or running."""
     return {"id": r.id, "total": r.total, "state": r.state, "duplicate": not started}
+
+
+def incident(i: Incident) -> dict:
+    """An incident as its page tells it: what fired, in words, who is on it, and the link to the page."""
+    return {"id": i.id, "subscription_id": i.subscription_id, "state": i.state, "title": TITLES.get(i.rule, i.rule),
+            "rules": [i.rule, *(r for r in incident_service.rules_of(i) if r != i.rule)],
+            "figures": incident_service.describe_figures(i), "opened_at": iso(i.opened_at),
+            "first_seen_at": iso(i.first_seen_at), "acknowledged_at": iso(i.acknowledged_at),
+            "acknowledged_by": i.acknowledged_by, "note": i.acknowledged_note, "snoozed_until": iso(i.snoozed_until),
+            "resolved_at": iso(i.resolved_at), "resolved_by": i.resolved_by,
+            "url": notifications.link(f"/incidents/{i.id}")}
 
 
 def team(t: Team) -> dict:

@@ -1,0 +1,79 @@
+"""A team's incidents over the API, for on-call tooling: list and read them, acknowledge with a note, snooze,
+resolve by hand, each as the incident's page does it (audited, the sinks told), with the token as the actor."""
+
+from __future__ import annotations
+
+from flask import g, jsonify
+from sqlalchemy import select
+
+from dashboard import schemas
+from dashboard.core.extensions import db
+from dashboard.core.validation import ApiError, parse_time
+from dashboard.models import Incident
+from dashboard.operations import incidents as incident_service
+from dashboard.web.api import bp, shapes
+from dashboard.web.api.operations import operation
+
+
+def _team_incident(incident_id: str) -> Incident:
+    # Promesa's own (no team) and other teams' incidents do not exist for a team's token.
+    incident = db.session.get(Incident, incident_id)
+    if incident is None or incident.team_id != g.team.id:
+        raise ApiError(404, f"no incident {incident_id!r} in your team")
+    return incident
+
+
+def _who() -> str:
+    return f"API token {g.api_token_prefix}"
+
+
+@bp.get("/incidents")
+@operation("The team's incidents, a page at a time, newest first", query=schemas.IncidentsQuery,
+           responses={200: schemas.IncidentList})
+def list_incidents(query: schemas.IncidentsQuery):
+    found = select(Incident).where(Incident.team_id == g.team.id)
+    if query.state:
+        found = found.where(Incident.state == query.state)
+    if query.before:
+        found = found.where(Incident.id < query.before)
+    rows = db.session.scalars(found.order_by(Incident.id.desc()).limit(query.limit + 1)).all()
+    page = rows[:query.limit]
+    return jsonify(data=[shapes.incident(i) for i in page],
+                   next_before=page[-1].id if len(rows) > query.limit else None)
+
+
+@bp.get("/incidents/<incident_id>")
+@operation("One incident", responses={200: schemas.Incident})
+def get_incident(incident_id):
+    return jsonify(shapes.incident(_team_incident(incident_id)))
+
+
+@bp.post("/incidents/<incident_id>/acknowledge")
+@operation("Acknowledge an open incident, optionally with a note: the sinks are told who is on it",
+           body=schemas.AcknowledgeInput, body_required=False, responses={200: schemas.Incident}, errors=(409,))
+def acknowledge_incident(incident_id, body: schemas.AcknowledgeInput):
+    incident = _team_incident(incident_id)
+    if not incident_service.acknowledge(incident, _who(), body.note):
+        raise ApiError(409, f"this incident is {incident.state}: only an open one can be acknowledged")
+    return jsonify(shapes.incident(incident))
+
+
+@bp.post("/incidents/<incident_id>/snooze")
+@operation("Snooze an incident: no notifications about it until then (it stays listed and still resolves by "
+           "itself; if its cause comes back before then, the new incident is snoozed too)",
+           body=schemas.SnoozeInput, responses={200: schemas.Incident}, errors=(409, 422))
+def snooze_incident(incident_id, body: schemas.SnoozeInput):
+    incident = _team_incident(incident_id)
+    incident_service.snooze(incident, _who(), parse_time(body.until, "until"))
+    return jsonify(shapes.incident(incident))
+
+
+@bp.post("/incidents/<incident_id>/resolve")
+@operation("Resolve an incident by hand (the cause is fixed, or it was noise); if its rule still fires, the "
+           "next sweep opens a new one", responses={200: schemas.Incident}, errors=(409,))
+def resolve_incident(incident_id):
+    incident = _team_incident(incident_id)
+    if not incident_service.resolve(incident, _who()):
+        raise ApiError(409, "this incident is already resolved")
+    return jsonify(shapes.incident(incident))
+
