@@ -197,7 +197,8 @@ class IncidentsQuery(BaseModel):
 
     state: Annotated[Literal[IncidentState.ALL] | None, Must(f"one of: {', '.join(IncidentState.ALL)}")] = None
     limit: Annotated[int, Field(ge=1, le=100), Must("a whole number from 1 to 100")] = 50
-    before: Annotated[str | None, Field(pattern=DELIVERY_ID_PATTERN, description="the next_before of the previous page"),
+    before: Annotated[str | None,
+                      Field(pattern=DELIVERY_ID_PATTERN, description="the next_before of the previous page"),
                       Must("an incident id (the next_before of the previous page)")] = None
 
 
@@ -481,9 +482,7 @@ class Diagnosis(BaseModel):
 
 
 class AcknowledgeInput(Body):
-    note: Annotated[str, Field(max_length=INCIDENT_NOTE_MAX, description="what you are doing about it, for the sinks "
-                                                                          "and the incident's page"),
-                    Must(f"text of at most {INCIDENT_NOTE_MAX} characters")] = ""
+    note: text(INCIDENT_NOTE_MAX, description="what you are doing about it, for the sinks and the incident's page") = ""
 
 
 class SnoozeInput(Body):

@@ -51,7 +51,10 @@ def test_acknowledge_snooze_and_resolve_over_the_api_are_audited_and_told(app, p
     _, incident = fired
     notifications.add_sink("json", receiver.url + "/ok")
     too_long = producer.post(f"/api/v1/incidents/{incident.id}/acknowledge", {"note": "x" * 501})
-    assert too_long.status_code == 400 and "note must be text of at most 500 characters" in too_long.get_json()["error"]
+    assert too_long.status_code == 400
+    assert "note must be a string of at most 500 characters" in too_long.get_json()["error"]
+    with_nul = producer.post(f"/api/v1/incidents/{incident.id}/acknowledge", {"note": "a\x00b"})
+    assert with_nul.status_code == 400 and "without NUL characters" in with_nul.get_json()["error"]
     acked = producer.post(f"/api/v1/incidents/{incident.id}/acknowledge", {"note": "rolling back <billing>"})
     assert acked.status_code == 200, acked.get_json()
     body = acked.get_json()
@@ -68,7 +71,8 @@ def test_acknowledge_snooze_and_resolve_over_the_api_are_audited_and_told(app, p
     local = (clock.now() + dt.timedelta(hours=4)).replace(tzinfo=dt.timezone.utc).astimezone(
         dt.timezone(dt.timedelta(hours=2)))
     snoozed = producer.post(f"/api/v1/incidents/{incident.id}/snooze", {"until": local.isoformat()})
-    assert snoozed.status_code == 200 and snoozed.get_json()["snoozed_until"] == iso(clock.now() + dt.timedelta(hours=4))
+    assert snoozed.status_code == 200
+    assert snoozed.get_json()["snoozed_until"] == iso(clock.now() + dt.timedelta(hours=4))
 
     resolved = producer.post(f"/api/v1/incidents/{incident.id}/resolve")
     assert resolved.status_code == 200 and resolved.get_json()["state"] == "resolved"
