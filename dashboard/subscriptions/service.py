@@ -8,7 +8,7 @@ from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.orm import selectinload
 
 from dashboard import audit
-from dashboard.core import crypto
+from dashboard.core import crypto, paging
 from dashboard.core.extensions import db
 from dashboard.core.ids import new_ids
 from dashboard.core.validation import ApiError
@@ -295,11 +295,7 @@ def deliveries_page(sub: Subscription, state: str | None, before: str | None, li
         query = query.join(Event, Event.key == Delivery.event_key).where(Event.type == event_type)
     if status_code is not None:
         query = query.where(Delivery.last_status_code == status_code)
-    if before:
-        query = query.where(Delivery.id < before)
-    rows = db.session.scalars(query.order_by(Delivery.id.desc()).limit(limit + 1)).all()
-    page = rows[:limit]
-    return page, page[-1].id if len(rows) > limit else None
+    return paging.by_id(query, Delivery.id, limit, before)
 
 
 def team_subscription(team: Team, subscription_id: str) -> Subscription:

@@ -7,6 +7,7 @@ from flask import g, jsonify
 from sqlalchemy import select
 
 from dashboard import schemas
+from dashboard.core import paging
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
 from dashboard.models import Incident
@@ -34,12 +35,8 @@ def list_incidents(query: schemas.IncidentsQuery):
     found = select(Incident).where(Incident.team_id == g.team.id)
     if query.state:
         found = found.where(Incident.state == query.state)
-    if query.before:
-        found = found.where(Incident.id < query.before)
-    rows = db.session.scalars(found.order_by(Incident.id.desc()).limit(query.limit + 1)).all()
-    page = rows[:query.limit]
-    return jsonify(data=[shapes.incident(i) for i in page],
-                   next_before=page[-1].id if len(rows) > query.limit else None)
+    page, next_before = paging.by_id(found, Incident.id, query.limit, query.before)
+    return jsonify(data=[shapes.incident(i) for i in page], next_before=next_before)
 
 
 @bp.get("/incidents/<incident_id>")

@@ -7,6 +7,7 @@ from flask import current_app, g, jsonify, request, url_for
 from sqlalchemy import select
 
 from dashboard import audit, schemas
+from dashboard.core import paging
 from dashboard.core.extensions import db
 from dashboard.core.validation import NO_NUL, ApiError, refuse_reserved
 from dashboard.ingest import accept as ingest_service
@@ -86,12 +87,8 @@ def create_subscription(body: schemas.SubscriptionInput):
 def list_subscriptions(query: schemas.SubscriptionsQuery):
     # Deleted ones open by id only.
     found = select(Subscription).where(Subscription.team_id == g.team.id, Subscription.deleted_at.is_(None))
-    if query.after:
-        found = found.where(Subscription.id > query.after)
-    rows = db.session.scalars(found.order_by(Subscription.id).limit(query.limit + 1)).all()
-    page = rows[:query.limit]
-    return jsonify(data=[shapes.subscription(s) for s in page],
-                   next_after=page[-1].id if len(rows) > query.limit else None)
+    page, next_after = paging.by_id(found, Subscription.id, query.limit, query.after, newest_first=False)
+    return jsonify(data=[shapes.subscription(s) for s in page], next_after=next_after)
 
 
 @bp.get("/subscriptions/<subscription_id>")
