@@ -101,6 +101,7 @@ def test_an_operator_replays_and_pauses_from_the_browser(app, producer, receiver
 
     page.click("text=What this subscription is promised")
     assert page.locator("#snippet-typescript").inner_text().startswith("import { createHmac")
+    page.wait_for_load_state("load")  # the deferred scripts have run
     assert page.evaluate("typeof htmx") == "object"  # the vendored htmx loads
 
     deliver_due(app, clock)
@@ -120,6 +121,7 @@ def test_the_overview_polls_under_the_content_security_policy(app, producer, rec
     page.fill("input[name=password]", "pw-operator")
     page.click("button[type=submit]")
     assert "No subscriptions yet" in page.locator("#subscriptions").inner_text()
+    page.wait_for_load_state("load")  # htmx reads its <meta> config once the document is parsed, after the text shows
     assert page.evaluate("htmx.config.includeIndicatorStyles") is False
 
     producer.subscribe(receiver.url + "/hook", description="appeared while watching")

@@ -42,13 +42,15 @@ def test_an_operator_rides_out_an_outage(app, producer, endpoint, clock, users, 
     assert "status 503 from /hooks/billing" in state.locator(".last-error pre").inner_text()  # the receiver's words
     assert "ago" in state.locator(".failing-since").inner_text()
     assert "1 scheduled" in state.locator(".next-retry").inner_text()
+    page.wait_for_load_state("load")  # the stylesheet applied, so labels are measured in their font
     # Time labels stay inside their chart, and a failure is the same colour here as on the overview.
     clipped = page.evaluate("""() => [...document.querySelectorAll('svg.chart text.tick')].filter(t => {
         const box = t.getBBox(), width = t.ownerSVGElement.width.baseVal.value;
         return box.x < 0 || box.x + box.width > width; }).map(t => t.textContent)""")
     assert clipped == []
-    for window in ("last hour, per minute", "last 7 days, per hour"):
+    for name, window in (("1h", "last hour, per minute"), ("7d", "last 7 days, per hour")):
         page.click(f"nav[aria-label='Chart window'] >> text={window}")
+        page.wait_for_url(f"**window={name}*")  # the new window's page, loaded, not the last one
         assert page.evaluate("""() => [...document.querySelectorAll('svg.chart text.tick')].every(t => {
             const box = t.getBBox(); return box.x >= 0 && box.x + box.width <= t.ownerSVGElement.width.baseVal.value; })""")
     here = page.evaluate("getComputedStyle(document.querySelector('svg.chart.bars path.fail')).fill")
