@@ -52,8 +52,8 @@ def test_oncall_acknowledges_and_an_operator_replays_in_the_browser(app, produce
     page.click("text=Dead letters piling up")
     assert page.url == f"{live_url}/incidents/{incident.id}"
     assert page.locator("#incident-state").inner_text() == "open"
+    page.wait_for_load_state("load")  # the whole page parsed and its stylesheet applied
     assert page.locator("figure.chart svg rect.dead").count() > 0
-    page.wait_for_load_state("load")  # the stylesheet applied
     # Drawn by classes from the stylesheet: under the CSP, the dead-letter bars are red.
     fill = page.evaluate("getComputedStyle(document.querySelector('figure.chart rect.dead')).fill")
     assert fill == "rgb(220, 38, 38)"
