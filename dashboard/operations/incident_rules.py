@@ -40,6 +40,12 @@ DEFAULTS = {
 }
 TITLES = {"dead_letters": "Dead letters piling up", "failure_rate": "High failure rate",
           "failing_since": "No success for a while", "backlog": "Delivery backlog"}
+
+
+def title(rule: str) -> str:
+    """A rule's title in words; an unknown rule (one no longer defined) by its name."""
+    return TITLES.get(rule, rule)
+
 # What a setting may be: (lowest, highest) for threshold, window and minimum attempts, per rule.
 LIMITS = {
     "dead_letters": {"threshold": (1, 1_000_000), "window_minutes": (1, 1440)},

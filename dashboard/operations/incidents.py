@@ -226,14 +226,11 @@ def snoozed(incident: Incident, now: dt.datetime | None = None) -> bool:
     return incident.snoozed_until is not None and incident.snoozed_until > now
 
 
-NOTE_MAX = INCIDENT_NOTE_MAX
-
-
 def acknowledge(incident: Incident, who: str, note: str = "") -> bool:
     """Someone is on it, optionally saying what they are doing. False when it was already acknowledged or resolved."""
     note = (note or "").strip()
-    if len(note) > NOTE_MAX:
-        raise ApiError(400, f"the note must be at most {NOTE_MAX} characters")
+    if len(note) > INCIDENT_NOTE_MAX:
+        raise ApiError(400, f"the note must be at most {INCIDENT_NOTE_MAX} characters")
     if incident.state != IncidentState.OPEN:
         return False
     incident.state = IncidentState.ACKNOWLEDGED

@@ -55,7 +55,7 @@ from dashboard.models import (
     SweepMark,
     Team,
 )
-from dashboard.operations.incident_rules import TITLES, setting_of
+from dashboard.operations.incident_rules import setting_of, title
 from dashboard.queue.handoff import enqueue
 from dashboard.queue.work import work_item
 from dashboard.stats import folding
@@ -233,12 +233,12 @@ def incident_changed(incident, change: str, to_sinks: bool = True) -> int:
         (f" by {incident.resolved_by}" if change == "resolved" and incident.resolved_by else "")
     if change == "acknowledged" and incident.acknowledged_note:
         who += f" ({incident.acknowledged_note})"
-    text = f"Incident {change}{who}: {TITLES.get(incident.rule, incident.rule)}{where}{why}."
+    text = f"Incident {change}{who}: {title(incident.rule)}{where}{why}."
     if change == "opened":
         text += " " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in incident.figures.items()
                                 if k not in ("threshold", "window_minutes", "min_attempts"))
         if len(from_rules) > 1:
-            text += ". Also fired: " + ", ".join(TITLES.get(r, r) for r in from_rules if r != incident.rule) + "."
+            text += ". Also fired: " + ", ".join(title(r) for r in from_rules if r != incident.rule) + "."
     data = {"incident_id": incident.id, "rule": incident.rule, "rules": list(from_rules), "state": incident.state,
             "subscription_id": incident.subscription_id, "opened_at": iso(incident.opened_at)}
     return notify(f"incident.{change}", text=text, path=f"/incidents/{incident.id}", data=data,

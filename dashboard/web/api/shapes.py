@@ -21,7 +21,7 @@ from dashboard.ingest import quotas
 from dashboard.operations import incidents as incident_service
 from dashboard.operations import notifications
 from dashboard.operations import replays as replay_service
-from dashboard.operations.incident_rules import TITLES
+from dashboard.operations.incident_rules import title
 from dashboard.subscriptions import rotation
 
 
@@ -99,7 +99,7 @@ def replay_started(r: Replay, started: bool) -> dict:
 
 def incident(i: Incident) -> dict:
     """An incident as its page tells it: what fired, in words, who is on it, and the link to the page."""
-    return {"id": i.id, "subscription_id": i.subscription_id, "state": i.state, "title": TITLES.get(i.rule, i.rule),
+    return {"id": i.id, "subscription_id": i.subscription_id, "state": i.state, "title": title(i.rule),
             "rules": [i.rule, *(r for r in incident_service.rules_of(i) if r != i.rule)],
             "figures": incident_service.describe_figures(i), "opened_at": iso(i.opened_at),
             "first_seen_at": iso(i.first_seen_at), "acknowledged_at": iso(i.acknowledged_at),

@@ -72,7 +72,7 @@ def incidents_list():
         if i.resolved_at is None:
             firing.setdefault(i.subscription_id, []).append(i.rule)
     return render_template("incidents/page.html", incidents=rows, urls=urls, teams=teams, firing=firing,
-                           state=state, team=team, titles=incident_rules.TITLES, now=current_app.config["CLOCK"].now(),
+                           state=state, team=team, rule_title=incident_rules.title, now=current_app.config["CLOCK"].now(),
                            describe=incidents.describe_figures, duration=duration)
 
 
@@ -152,7 +152,7 @@ def incident(incident_id):
     sub = db.session.get(Subscription, inc.subscription_id) if inc.subscription_id else None
     may_act = access.can_acknowledge(current_user, inc.team_id)
     now = current_app.config["CLOCK"].now()
-    context = {"inc": inc, "sub": sub, "setting": setting, "title": incident_rules.TITLES.get(inc.rule, inc.rule),
+    context = {"inc": inc, "sub": sub, "setting": setting, "title": incident_rules.title(inc.rule),
                "can_acknowledge": may_act and inc.state == IncidentState.OPEN,
                "can_snooze": may_act and inc.resolved_at is None, "snoozed": incidents.snoozed(inc, now),
                "snooze_choices": SNOOZE_CHOICES, "now": now, "duration": duration(inc, now),
