@@ -24,6 +24,12 @@ from dashboard.queue.work import WorkQueue, separate_client
 
 log = logging.getLogger(__name__)
 
+# How long the command channel's thread waits for a message before it looks whether it should stop.
+# RQ waits 60 s, and redis-py (8.2 on) joins that thread without a timeout at shutdown: when the thread
+# reads the unsubscribe reply before stop() clears its flag, it waits the whole 60 s for a channel that
+# never comes back, and the worker's exit with it (rq/rq#1613). A short wait bounds every shutdown.
+COMMAND_POLL_SECONDS = 0.5
+
 
 class RedisAway(StopRequested):
     """Redis went away under RQ's loop: stop it quietly (RQ ends its loop on StopRequested)."""
@@ -87,6 +93,13 @@ class DeliveryWorker(SimpleWorker):
             super().request_stop(signum, frame)
         except REDIS_AWAY:  # RQ asks Redis whether it is busy; with Redis away, stop after this job
             self._stop_requested = True
+
+    def subscribe(self):
+        """RQ's command channel (stop a job, shut down), read with a short wait so that stopping is bounded."""
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(sleep_time=COMMAND_POLL_SECONDS, daemon=True,
+                                                       exception_handler=self._pubsub_exception_handler)
 
     def teardown(self):
         try:
