@@ -48,8 +48,9 @@ Accepted events are kept; deliveries resume when the database is back.</p></body
 
 # -- the checks (also used by `promesa status`) -------------------------------------------------
 def _ready_engine(app: Flask) -> sa.Engine:
-    """A connection per check, with short timeouts, outside the app's pool: a check never waits
-    behind busy requests for a pooled connection, nor hangs on a server that stopped answering."""
+    """A small pool of its own, with short timeouts: a check never waits behind busy requests for one
+    of the app's connections, nor hangs on a server that stopped answering, and a load balancer's
+    probes reuse a connection instead of opening one each (a dead one is replaced by the pre-ping)."""
     engine = app.extensions.get("promesa_ready_engine")
     if engine is None:
         url = sa.engine.make_url(app.config["SQLALCHEMY_DATABASE_URI"])
@@ -57,8 +58,9 @@ def _ready_engine(app: Flask) -> sa.Engine:
         args = {}
         if url.get_backend_name() == "postgresql":
             args = {"connect_timeout": max(1, round(seconds)), "options": f"-c statement_timeout={int(seconds * 1000)}"}
-        engine = app.extensions["promesa_ready_engine"] = sa.create_engine(url, poolclass=sa.pool.NullPool,
-                                                                           connect_args=args)
+        engine = app.extensions["promesa_ready_engine"] = sa.create_engine(
+            url, poolclass=sa.pool.QueuePool, pool_size=1, max_overflow=2, pool_timeout=seconds, pool_pre_ping=True,
+            connect_args=args)
     return engine
 
 
