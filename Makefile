@@ -11,15 +11,16 @@ PYTEST_WORKERS ?= 2
 .PHONY: install install-run browser run test screenshots clean
 
 # The service alone: its promesa-receiver dependency is met by the SDK in sdk/, never by an index.
-$(RUN_STAMP): pyproject.toml sdk/pyproject.toml
+# constraints.txt pins every other package to the version CI tested, so what is tested is what is deployed.
+$(RUN_STAMP): pyproject.toml sdk/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ./sdk -e .
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ./sdk -e .
 	touch $(RUN_STAMP)
 
 # The tests add their tools, the bench's extra and the producer client they exercise.
-$(TEST_STAMP): $(RUN_STAMP) sdk/producer/pyproject.toml
-	$(BIN)/python -m pip install --quiet -e ./sdk -e ./sdk/producer -e '.[test,bench]'
+$(TEST_STAMP): $(RUN_STAMP) sdk/producer/pyproject.toml constraints.txt
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ./sdk -e ./sdk/producer -e '.[test,bench]'
 	touch $(TEST_STAMP)
 
 # Node is only for the tests that run the published TypeScript verification snippet.

@@ -21,6 +21,7 @@ from dashboard.accounts import service as accounts
 from dashboard.app import create_app
 from dashboard.cli.sinks import sinks_command
 from dashboard.cli.teams import teams_command
+from dashboard.core import config as config_module
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import ApiToken, Team, User
@@ -40,7 +41,7 @@ class PromesaGroup(FlaskGroup):
         # subcommand's own arguments in view (its --help is not a start).
         name, command, rest = super().resolve_command(ctx, args)
         if ctx.parent is None:
-            refuse_generated_keys(name, rest)
+            refuse_unsafe_keys(name, rest)
         return name, command, rest
 
     def get_command(self, ctx, name):
@@ -55,23 +56,42 @@ class PromesaGroup(FlaskGroup):
 
 # The commands that serve or deliver: these must share their keys with every other machine.
 SERVING = frozenset({"web", "worker", "sweep", "up"})
+# The commands that answer HTTP (up starts a web process).
+ANSWERING = frozenset({"web", "up"})
 KEYS = ("SECRET_KEY", "PROMESA_ENCRYPTION_KEY")
 
 
-def refuse_generated_keys(command: str | None, args=(), env=os.environ) -> None:
-    """On PostgreSQL, Promesa serves from many processes and machines: keys generated into one
-    machine's instance folder hide a misconfiguration until another machine cannot decrypt the first
-    one's secrets. So web, workers and the sweeper do not start there without both keys given
-    (SQLite, one machine's trial, keeps generating them)."""
-    database = env.get("DATABASE_URL", "")
-    if command not in SERVING or "--help" in args or not database.startswith(("postgres://", "postgresql")):
+def refuse_unsafe_keys(command: str | None, args=(), env=os.environ) -> None:
+    """Web, workers and the sweeper do not start with keys anyone could guess: a placeholder left in
+    the environment file, a short or repetitive key (a session signed with it opens the dashboard).
+    On PostgreSQL they do not start without both keys either: keys generated into one machine's
+    instance folder hide a misconfiguration until another machine cannot decrypt the first one's
+    secrets (SQLite, one machine's trial, keeps generating them). And the web does not start behind
+    a trusted proxy without a metrics token: there a client's address is what a header says."""
+    if command not in SERVING or "--help" in args:
         return
-    missing = [name for name in KEYS if not env.get(name)]
-    if missing:
+    problems = []
+    if env.get("DATABASE_URL", "").startswith(("postgres://", "postgresql")):
+        missing = [name for name in KEYS if not env.get(name)]
+        if missing:
+            problems.append(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: on PostgreSQL "
+                            "every web, worker and sweeper process must share the same keys")
+    problems += [problem for name in config_module.SECRETS
+                 if env.get(name) and (problem := config_module.secret_problem(name, env[name]))]
+    if command in ANSWERING and _trusts_a_proxy(env) and not env.get("PROMESA_METRICS_TOKEN"):
+        problems.append("PROMESA_TRUSTED_PROXIES is set and PROMESA_METRICS_TOKEN is not: behind a proxy a client's "
+                        "address is what a header says, so /metrics and /readyz?verbose=1 answer only the token")
+    if problems:
         raise click.UsageError(
-            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set. On PostgreSQL every web, worker "
-            "and sweeper process must share the same keys: make them once with `promesa keys generate`, keep them "
-            "in your secret store, and give them to every process in its environment.")
+            "; ".join(problems) + ". Make the keys and the token with `promesa keys generate`, keep them in your "
+            "secret store, and give the same ones to every process in its environment.")
+
+
+def _trusts_a_proxy(env) -> bool:
+    try:
+        return int(env.get("PROMESA_TRUSTED_PROXIES") or 0) > 0
+    except ValueError:
+        return True  # unreadable: counted as set, so the token is asked for
 
 
 @click.group(cls=PromesaGroup, create_app=create_app, add_version_option=False, add_default_commands=False)
@@ -272,14 +292,13 @@ def keys():
 
 @keys.command("generate", with_appcontext=False)
 def keys_generate():
-    """Print a new SECRET_KEY and PROMESA_ENCRYPTION_KEY (in environment-file form); nothing is kept or logged."""
-    import secrets
-
-    from cryptography.fernet import Fernet
-
-    click.echo("# Keep these in your secret store; every web, worker and sweeper process needs the same two.", err=True)
-    click.echo(f"SECRET_KEY={secrets.token_hex(32)}")
-    click.echo(f"PROMESA_ENCRYPTION_KEY={Fernet.generate_key().decode()}")
+    """Print a new SECRET_KEY, PROMESA_ENCRYPTION_KEY and PROMESA_METRICS_TOKEN (in environment-file form);
+    nothing is kept or logged."""
+    click.echo("# Keep these in your secret store: every web, worker and sweeper process needs the same ones,\n"
+               "# and Prometheus sends the metrics token.", err=True)
+    click.echo(f"SECRET_KEY={config_module.make_secret()}")
+    click.echo(f"PROMESA_ENCRYPTION_KEY={config_module.make_encryption_key()}")
+    click.echo(f"PROMESA_METRICS_TOKEN={config_module.make_secret()}")
 
 
 @cli.command()

@@ -1,17 +1,28 @@
 """Configuration from the environment, with embedded defaults for one laptop.
 
 DATABASE_URL, REDIS_URL, SECRET_KEY, PROMESA_ENCRYPTION_KEY, PROMESA_ALLOW_PRIVATE_TARGETS.
-Keys that are not given are generated once and kept in the instance folder.
+Keys that are not given are generated once and kept in the instance folder; keys that are given
+are judged (`secret_problem`) before a serving command starts.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
+import re
 import secrets
 import tempfile
 from pathlib import Path
 
 from cryptography.fernet import Fernet
+
+# The secrets an installation is given in its environment, and the shortest each may be.
+SECRETS = ("SECRET_KEY", "PROMESA_ENCRYPTION_KEY", "PROMESA_METRICS_TOKEN")
+MIN_SECRET_LENGTH = 32
+# Words that mark a value copied from an example rather than made for this installation.
+_PLACEHOLDER = re.compile(r"change.?me|replace.?me|placeholder|example|fill.?in|your.?(secret|key|token)|"
+                          r"^(secret|password|token|key|test|dev|default)$", re.IGNORECASE)
 
 
 def _truthy(value: str | None) -> bool:
@@ -45,6 +56,42 @@ def _kept_secret(instance: Path, name: str, make) -> str:
     return path.read_text().strip()
 
 
+def make_secret() -> str:
+    """A new SECRET_KEY or PROMESA_METRICS_TOKEN: 256 random bits."""
+    return secrets.token_hex(32)
+
+
+def make_encryption_key() -> str:
+    return Fernet.generate_key().decode()
+
+
+def secret_problem(name: str, value: str) -> str | None:
+    """What is wrong with a secret given in the environment (placeholder, short, guessable), or None."""
+    if _PLACEHOLDER.search(value):
+        return f"{name} is a placeholder, not a key made for this installation"
+    if name == "PROMESA_ENCRYPTION_KEY":
+        try:
+            raw = base64.urlsafe_b64decode(value.encode("ascii"))
+        except (UnicodeEncodeError, binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != 32:
+            return f"{name} is not a Fernet key (32 url-safe base64-encoded bytes)"
+        if len(set(raw)) < 16:  # 32 random bytes repeat a value a few times at most
+            return f"{name} has too little randomness in it (its bytes repeat)"
+        return None
+    if len(value) < MIN_SECRET_LENGTH:
+        return f"{name} is {len(value)} characters long; it needs at least {MIN_SECRET_LENGTH} random ones"
+    if len(set(value)) < 8 or _repeats(value[:256]):
+        return f"{name} has too little randomness in it (few distinct characters, or a repeated pattern)"
+    return None
+
+
+def _repeats(value: str) -> bool:
+    """Is the value a short run repeated (abcabcabc…, 0123456789012…)?"""
+    return any(all(value[i] == value[i - period] for i in range(period, len(value)))
+               for period in range(1, len(value) // 2 + 1))
+
+
 def from_environment(instance_path: str) -> dict:
     instance = Path(instance_path)
     env = os.environ
@@ -52,9 +99,9 @@ def from_environment(instance_path: str) -> dict:
     return {
         "SQLALCHEMY_DATABASE_URI": normalize_database_url(database_url),
         "REDIS_URL": env.get("REDIS_URL") or None,
-        "SECRET_KEY": env.get("SECRET_KEY") or _kept_secret(instance, "secret_key", lambda: secrets.token_hex(32)),
+        "SECRET_KEY": env.get("SECRET_KEY") or _kept_secret(instance, "secret_key", make_secret),
         "PROMESA_ENCRYPTION_KEY": env.get("PROMESA_ENCRYPTION_KEY")
-        or _kept_secret(instance, "encryption_key", lambda: Fernet.generate_key().decode()),
+        or _kept_secret(instance, "encryption_key", make_encryption_key),
         "PROMESA_ALLOW_PRIVATE_TARGETS": _truthy(env.get("PROMESA_ALLOW_PRIVATE_TARGETS")),
     }
 

@@ -15,7 +15,7 @@ import aiohttp
 from promesa_receiver import signing
 
 from dashboard.delivery.policies import Outcome
-from dashboard.delivery.targets import PublicOnlyResolver, _is_ip, is_public
+from dashboard.delivery.targets import PublicOnlyResolver, _is_ip, is_public, public_socket
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ def client_session(limit: int, allow_private: bool) -> aiohttp.ClientSession:
     """The session deliveries (and receiver checks) are sent with; create it inside a running event loop."""
     # Pooled keep-alive connections; DNS cannot steer a request inward unless private targets are allowed.
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0,
-                                     resolver=None if allow_private else PublicOnlyResolver())
+                                     resolver=None if allow_private else PublicOnlyResolver(),
+                                     socket_factory=None if allow_private else public_socket)
     # No cookie jar: endpoints of different teams share hosts, and a cookie one of them sets
     # must never be sent to another (nor back to itself: a delivery is not a browsing session).
     return aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())

@@ -1,9 +1,12 @@
 """Where a webhook may be sent. Unless PROMESA_ALLOW_PRIVATE_TARGETS is set, an endpoint
 must resolve to public addresses only, so a subscription cannot be aimed at our own network.
-Checked when a subscription is saved and again on every connection (DNS can change)."""
+Checked when a subscription is saved, on the host as the HTTP client will spell it, and again on
+every connection, on the address the socket is about to connect to (DNS can change, and a host
+written `１２７.０.０.１` is rewritten to 127.0.0.1 after any check of its spelling)."""
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import re
 import socket
@@ -57,7 +60,9 @@ def url_problem(url: str, allow_private: bool, resolve: bool = True) -> str | No
         parts = urlsplit(url)
         host = parts.hostname
         parts.port
-        yarl.URL(url)  # the HTTP client parses it so: a URL it refuses could never be delivered
+        # The HTTP client parses it so: a URL it refuses could never be delivered, and the host it
+        # connects to is this one (IDNA, NFKC: fullwidth or circled digits become an IP address).
+        connected_host = yarl.URL(url).raw_host
     except ValueError as exc:  # a broken IPv6 literal, a port out of range, a host NFKC refuses
         return f"url cannot be parsed: {exc}"
     if parts.scheme not in ("http", "https"):
@@ -73,13 +78,14 @@ def url_problem(url: str, allow_private: bool, resolve: bool = True) -> str | No
             return f"url has a host name that IDNA cannot encode: {host!r}"
     if allow_private:
         return None
+    connected_host = connected_host or host
     try:
-        addresses = [host] if _is_ip(host) else _resolve(host) if resolve else []
+        addresses = [connected_host] if _is_ip(connected_host) else _resolve(connected_host) if resolve else []
     except (OSError, UnicodeError):
         return f"host {host!r} does not resolve"
-    for address in addresses:
-        if not is_public(address):
-            return f"host {host!r} is a private address ({address}); set PROMESA_ALLOW_PRIVATE_TARGETS to allow it"
+    # Which private address it is stays unsaid: the answer of our DNS is no one else's business.
+    if any(not is_public(address) for address in addresses):
+        return f"host {host!r} is a private address, which is not allowed; set PROMESA_ALLOW_PRIVATE_TARGETS to allow it"
     return None
 
 
@@ -93,6 +99,19 @@ def _is_ip(host: str) -> bool:
 
 def _resolve(host: str) -> list[str]:
     return sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+
+
+PRIVATE_REFUSED = "private address refused"
+
+
+def public_socket(addr_info) -> socket.socket:
+    """The connector's socket factory: the last word on where a connection goes, whatever the
+    resolver was asked and however the host was written (aiohttp connects to an IP literal without
+    asking the resolver)."""
+    family, type_, proto, _, sockaddr = addr_info
+    if not is_public(sockaddr[0]):
+        raise OSError(errno.EACCES, f"{PRIVATE_REFUSED} (PROMESA_ALLOW_PRIVATE_TARGETS is off)")
+    return socket.socket(family=family, type=type_, proto=proto)
 
 
 class PublicOnlyResolver(aiohttp.ThreadedResolver):

@@ -5,8 +5,8 @@ the database is away.
   restart is never triggered by a dependency's outage.
 - `/readyz` answers 200 when the database and Redis answer within PROMESA_READY_TIMEOUT_SECONDS
   and the database's migrations are at the code's head, else 503 with `missing` naming what is
-  not. With `?verbose=1`, an admin or a loopback client also gets each check and the live
-  workers' and sweepers' last beats. Neither needs a session, and neither reveals configuration.
+  not. With `?verbose=1`, an admin, the bearer of PROMESA_METRICS_TOKEN or a loopback client (none
+  behind a trusted proxy) also gets each check and the live workers' and sweepers' last beats. Neither needs a session, and neither reveals configuration.
 - A request that meets a database that is away (down, restarting, failing over) gets 503 with
   Retry-After: JSON on the API, so producers retry instead of dropping the event, and a plain
   "database unavailable, retrying" page on the dashboard.
@@ -15,7 +15,6 @@ the database is away.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 
 import redis
@@ -31,6 +30,7 @@ from dashboard.queue import heartbeat
 from dashboard.queue.work import connect
 from dashboard.web.api import URL_PREFIX as API_PREFIX
 from dashboard.web.api.errors import http_error
+from dashboard.web.security import client_on_this_machine, metrics_token_given
 
 log = logging.getLogger(__name__)
 bp = Blueprint("health", __name__)
@@ -48,8 +48,9 @@ Accepted events are kept; deliveries resume when the database is back.</p></body
 
 # -- the checks (also used by `promesa status`) -------------------------------------------------
 def _ready_engine(app: Flask) -> sa.Engine:
-    """A connection per check, with short timeouts, outside the app's pool: a check never waits
-    behind busy requests for a pooled connection, nor hangs on a server that stopped answering."""
+    """A small pool of its own, with short timeouts: a check never waits behind busy requests for one
+    of the app's connections, nor hangs on a server that stopped answering, and a load balancer's
+    probes reuse a connection instead of opening one each (a dead one is replaced by the pre-ping)."""
     engine = app.extensions.get("promesa_ready_engine")
     if engine is None:
         url = sa.engine.make_url(app.config["SQLALCHEMY_DATABASE_URI"])
@@ -57,8 +58,9 @@ def _ready_engine(app: Flask) -> sa.Engine:
         args = {}
         if url.get_backend_name() == "postgresql":
             args = {"connect_timeout": max(1, round(seconds)), "options": f"-c statement_timeout={int(seconds * 1000)}"}
-        engine = app.extensions["promesa_ready_engine"] = sa.create_engine(url, poolclass=sa.pool.NullPool,
-                                                                           connect_args=args)
+        engine = app.extensions["promesa_ready_engine"] = sa.create_engine(
+            url, poolclass=sa.pool.QueuePool, pool_size=1, max_overflow=2, pool_timeout=seconds, pool_pre_ping=True,
+            connect_args=args)
     return engine
 
 
@@ -125,11 +127,8 @@ def healthz():
 
 
 def _may_see_details() -> bool:
-    try:
-        if ipaddress.ip_address(request.remote_addr or "").is_loopback:
-            return True
-    except ValueError:
-        pass
+    if client_on_this_machine() or metrics_token_given():
+        return True
     try:
         return bool(current_user.is_authenticated and current_user.role == "admin")
     except sa.exc.DBAPIError:  # the database is away: only loopback sees details

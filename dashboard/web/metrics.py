@@ -10,19 +10,18 @@ figures, with no multiprocess files to share. Nothing here scans a growing table
 - unresolved incidents, one series each (`incident_id` label: alert annotations link to the page).
 
 PROMESA_METRICS_TOKEN set: only `Authorization: Bearer <token>` is answered. Unset: only loopback
-clients (127.0.0.1, ::1) are. PROMESA_METRICS_SUBSCRIPTION_LABELS subscriptions (the oldest) get
+clients (127.0.0.1, ::1) are, and none behind a trusted proxy (where an address is what a header
+says). PROMESA_METRICS_SUBSCRIPTION_LABELS subscriptions (the oldest) get
 series of their own; the rest are summed under subscription="other".
 """
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
 from collections import defaultdict
 
 import redis
-from flask import Blueprint, Response, abort, current_app, request
+from flask import Blueprint, Response, abort, current_app
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
     CollectorRegistry,
@@ -48,6 +47,7 @@ from dashboard.models import (
 )
 from dashboard.queue.work import WorkQueue
 from dashboard.stats import folding
+from dashboard.web.security import client_on_this_machine, metrics_token_given
 
 log = logging.getLogger(__name__)
 bp = Blueprint("metrics", __name__)
@@ -55,14 +55,9 @@ OTHER = "other"
 
 
 def _allowed() -> bool:
-    token = current_app.config.get("PROMESA_METRICS_TOKEN")
-    if token:
-        given = request.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
-    try:
-        return ipaddress.ip_address(request.remote_addr or "").is_loopback
-    except ValueError:
-        return False
+    if current_app.config.get("PROMESA_METRICS_TOKEN"):
+        return metrics_token_given()
+    return client_on_this_machine()
 
 
 @bp.get("/metrics")
@@ -72,7 +67,8 @@ def metrics():
         if current_app.config.get("PROMESA_METRICS_TOKEN"):
             return Response("a bearer token is required (PROMESA_METRICS_TOKEN)\n", 401,
                             {"WWW-Authenticate": 'Bearer realm="promesa-metrics"'}, mimetype="text/plain")
-        abort(403, "/metrics answers loopback clients only; set PROMESA_METRICS_TOKEN to scrape from elsewhere")
+        abort(403, "/metrics answers loopback clients only, and behind a trusted proxy only the bearer token; "
+                   "set PROMESA_METRICS_TOKEN to scrape from elsewhere")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(current_app._get_current_object()))
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
@@ -216,5 +212,5 @@ class Collector:
 def init_app(app) -> None:
     app.register_blueprint(bp)
     if not app.config.get("PROMESA_METRICS_TOKEN") and int(app.config.get("PROMESA_TRUSTED_PROXIES") or 0) > 0:
-        log.warning("PROMESA_METRICS_TOKEN is not set and a proxy is trusted: /metrics answers any client the "
-                    "proxy reports as loopback, and a proxy on this host may report everyone so; set the token")
+        log.warning("PROMESA_METRICS_TOKEN is not set and a proxy is trusted: /metrics and /readyz?verbose=1 "
+                    "answer no one without a session (an address behind a proxy is what a header says); set the token")

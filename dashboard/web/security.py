@@ -1,9 +1,13 @@
 """What every web response carries for the browser's protection: security headers, cookie flags,
-and the proxy headers trusted only when a proxy is configured (PROMESA_TRUSTED_PROXIES)."""
+and the proxy headers trusted only when a proxy is configured (PROMESA_TRUSTED_PROXIES); and who
+may read the operators' probes (/metrics, /readyz?verbose=1) without a session."""
 
 from __future__ import annotations
 
-from flask import Flask, abort, request
+import hmac
+import ipaddress
+
+from flask import Flask, abort, current_app, request
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.routing import IntegerConverter
@@ -43,6 +47,28 @@ class Int64Converter(IntegerConverter):
     def __init__(self, map, *args, **kwargs):
         kwargs.setdefault("max", MAX_ID)
         super().__init__(map, *args, **kwargs)
+
+
+def trusts_a_proxy(app: Flask) -> bool:
+    return int(app.config["PROMESA_TRUSTED_PROXIES"]) > 0
+
+
+def client_on_this_machine() -> bool:
+    """Did the request come from this machine? Never knowable behind a trusted proxy: the address is
+    then what X-Forwarded-For says, and anyone who reaches the web directly may say 127.0.0.1."""
+    if trusts_a_proxy(current_app):
+        return False
+    try:
+        return ipaddress.ip_address(request.remote_addr or "").is_loopback
+    except ValueError:
+        return False
+
+
+def metrics_token_given() -> bool:
+    """Does the request carry `Authorization: Bearer <PROMESA_METRICS_TOKEN>` (when one is set)?"""
+    token = current_app.config.get("PROMESA_METRICS_TOKEN")
+    given = request.headers.get("Authorization", "")
+    return bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
 
 
 def init_app(app: Flask) -> None:

@@ -1,12 +1,14 @@
 """What an operator runs: `promesa status`, `promesa keys generate`, the refusal to start an installed
-Promesa on PostgreSQL without its keys, `promesa web --access-log/--no-access-log`, and where the
-instance folder is when nothing says."""
+Promesa on PostgreSQL without its keys, with keys anyone could guess, or behind a proxy without a
+metrics token, `promesa web --access-log/--no-access-log`, and where the instance folder is when
+nothing says."""
 
 from __future__ import annotations
 
 import logging
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import redis
 from cryptography.fernet import Fernet
 
 from dashboard.app import create_app
-from dashboard.cli import cli, refuse_generated_keys
+from dashboard.cli import cli, refuse_unsafe_keys
 from dashboard.queue import heartbeat
 
 on_sqlite = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -95,23 +97,86 @@ def test_keys_generate_prints_two_fresh_keys_and_logs_neither(runner, caplog):
     second = runner.invoke(cli, ["keys", "generate"])
     assert first.exit_code == 0, first.output
     values = dict(line.split("=", 1) for line in first.stdout.splitlines())
-    assert set(values) == {"SECRET_KEY", "PROMESA_ENCRYPTION_KEY"}
-    assert len(bytes.fromhex(values["SECRET_KEY"])) == 32
+    assert set(values) == {"SECRET_KEY", "PROMESA_ENCRYPTION_KEY", "PROMESA_METRICS_TOKEN"}
+    assert len(bytes.fromhex(values["SECRET_KEY"])) == 32 and len(bytes.fromhex(values["PROMESA_METRICS_TOKEN"])) == 32
     assert Fernet(values["PROMESA_ENCRYPTION_KEY"]).decrypt(Fernet(values["PROMESA_ENCRYPTION_KEY"]).encrypt(b"x")) == b"x"
     assert first.stdout != second.stdout
     assert not any(v in caplog.text for v in values.values())
 
 
 # -- the refusal ---------------------------------------------------------------------------------
+def good_keys() -> dict:
+    return {"SECRET_KEY": secrets.token_hex(32), "PROMESA_ENCRYPTION_KEY": Fernet.generate_key().decode()}
+
+
 @pytest.mark.parametrize("command", ["web", "worker", "sweep", "up"])
 def test_on_postgres_the_serving_commands_refuse_to_start_without_their_keys(command):
     with pytest.raises(click.UsageError, match="promesa keys generate") as refused:
-        refuse_generated_keys(command, env={"DATABASE_URL": POSTGRES, "SECRET_KEY": "s"})
+        refuse_unsafe_keys(command, env={"DATABASE_URL": POSTGRES, "SECRET_KEY": good_keys()["SECRET_KEY"]})
     assert "PROMESA_ENCRYPTION_KEY is not set" in refused.value.message
-    refuse_generated_keys(command, env={"DATABASE_URL": POSTGRES, "SECRET_KEY": "s", "PROMESA_ENCRYPTION_KEY": "k"})
-    refuse_generated_keys(command, env={"DATABASE_URL": "sqlite:///here.db"})  # one laptop: kept keys are fine
-    refuse_generated_keys(command, ["--help"], env={"DATABASE_URL": POSTGRES})  # asking how is not starting
-    refuse_generated_keys("status", env={"DATABASE_URL": POSTGRES})  # only serving commands need them
+    refuse_unsafe_keys(command, env={"DATABASE_URL": POSTGRES, **good_keys()})
+    refuse_unsafe_keys(command, env={"DATABASE_URL": "sqlite:///here.db"})  # one laptop: kept keys are fine
+    refuse_unsafe_keys(command, ["--help"], env={"DATABASE_URL": POSTGRES})  # asking how is not starting
+    refuse_unsafe_keys("status", env={"DATABASE_URL": POSTGRES})  # only serving commands need them
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("SECRET_KEY", "CHANGE-ME", "SECRET_KEY is a placeholder"),
+    ("SECRET_KEY", "change_me_to_something_long_and_random_0123456789", "SECRET_KEY is a placeholder"),
+    ("SECRET_KEY", "s3cr3t-k3y", "SECRET_KEY is 10 characters long"),
+    ("SECRET_KEY", "a" * 64, "SECRET_KEY has too little randomness"),
+    ("SECRET_KEY", "0123456789" * 4, "SECRET_KEY has too little randomness"),
+    ("PROMESA_ENCRYPTION_KEY", "CHANGE-ME", "PROMESA_ENCRYPTION_KEY is a placeholder"),
+    ("PROMESA_ENCRYPTION_KEY", "not-a-fernet-key-but-long-enough-to-pass-0123", "PROMESA_ENCRYPTION_KEY is not a Fernet key"),
+    ("PROMESA_ENCRYPTION_KEY", "A" * 43 + "=", "PROMESA_ENCRYPTION_KEY has too little randomness"),
+    ("PROMESA_METRICS_TOKEN", "CHANGE-ME", "PROMESA_METRICS_TOKEN is a placeholder"),
+    ("PROMESA_METRICS_TOKEN", "token123", "PROMESA_METRICS_TOKEN is 8 characters long"),
+])
+@pytest.mark.parametrize("database", [POSTGRES, "sqlite:///here.db"])
+def test_a_key_anyone_could_guess_is_refused_whatever_the_database(name, value, words, database):
+    env = {"DATABASE_URL": database, **good_keys(), name: value}
+    for command in ("web", "worker", "sweep", "up"):
+        with pytest.raises(click.UsageError, match="promesa keys generate") as refused:
+            refuse_unsafe_keys(command, env=env)
+        assert words in refused.value.message
+        assert value not in refused.value.message  # the key itself is never repeated
+
+
+def test_keys_made_by_keys_generate_are_accepted(runner):
+    made = runner.invoke(cli, ["keys", "generate"])
+    env = dict(line.split("=", 1) for line in made.stdout.splitlines())
+    refuse_unsafe_keys("web", env={"DATABASE_URL": POSTGRES, "PROMESA_TRUSTED_PROXIES": "1", **env})
+
+
+@pytest.mark.parametrize("command, refused", [("web", True), ("up", True), ("worker", False), ("sweep", False)])
+def test_behind_a_trusted_proxy_the_web_does_not_start_without_a_metrics_token(command, refused):
+    env = {"DATABASE_URL": POSTGRES, "PROMESA_TRUSTED_PROXIES": "1", **good_keys()}
+    if refused:
+        with pytest.raises(click.UsageError, match="PROMESA_METRICS_TOKEN is not") as refusal:
+            refuse_unsafe_keys(command, env=env)
+        assert "promesa keys generate" in refusal.value.message
+    else:
+        refuse_unsafe_keys(command, env=env)
+    refuse_unsafe_keys(command, env={**env, "PROMESA_METRICS_TOKEN": secrets.token_hex(32)})
+    refuse_unsafe_keys(command, env={**env, "PROMESA_TRUSTED_PROXIES": "0"})
+
+
+@on_sqlite
+def test_promesa_web_with_the_placeholder_key_does_not_start(runner, execs, tmp_path):
+    result = runner.invoke(cli, ["web"], env={"DATABASE_URL": POSTGRES, **good_keys(), "SECRET_KEY": "CHANGE-ME",
+                                             "PROMESA_INSTANCE_PATH": str(tmp_path / "fresh")})
+    assert result.exit_code == 2
+    assert "SECRET_KEY is a placeholder" in result.output and "promesa keys generate" in result.output
+    assert execs == []
+
+
+@on_sqlite
+def test_the_embedded_default_still_starts_with_its_generated_keys(runner, execs, tmp_path):
+    result = runner.invoke(cli, ["web"], env={"DATABASE_URL": None, "SECRET_KEY": None, "PROMESA_ENCRYPTION_KEY": None,
+                                             "PROMESA_METRICS_TOKEN": None, "PROMESA_TRUSTED_PROXIES": None,
+                                             "PROMESA_INSTANCE_PATH": str(tmp_path / "fresh")})
+    assert result.exit_code == 0, result.output
+    assert len(execs) == 1
 
 
 @on_sqlite

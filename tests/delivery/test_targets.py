@@ -1,6 +1,8 @@
-"""Where a webhook may go: the address filter, the URL check at creation, and the connector's resolver.
+"""Where a webhook may go: the address filter, the URL check at creation, the connector's resolver,
+and its socket factory.
 
-Nothing here sends traffic: the resolver is handed address literals, which resolve without a lookup."""
+The resolver is handed address literals, which resolve without a lookup; the only traffic is to the
+test's own receiver on 127.0.0.1, which a host spelled another way must not reach."""
 
 from __future__ import annotations
 
@@ -8,9 +10,14 @@ import asyncio
 import socket
 
 import pytest
+from sqlalchemy import select
 
+from dashboard.core.extensions import db
 from dashboard.delivery.http import _private_literal
 from dashboard.delivery.targets import PublicOnlyResolver, is_public, url_problem
+from dashboard.models import Attempt
+
+from tests.support.pipeline import deliver_due
 
 # IPv6 spellings of IPv4 addresses: the embedded IPv4 address decides.
 EMBEDDING_PRIVATE = [
@@ -80,3 +87,44 @@ def test_the_connectors_resolver_keeps_embedded_public_addresses():
 ])
 def test_urls_no_client_could_deliver_to_are_refused_even_where_private_targets_are_allowed(url, words):
     assert words in url_problem(url, allow_private=True)
+
+
+# 127.0.0.1 as the HTTP client rewrites it (IDNA mapping, NFKC): fullwidth digits, circled digits, ideographic dots.
+LOOPBACK_SPELLED_OTHERWISE = ["\uff11\uff12\uff17.\uff10.\uff10.\uff11", "\u2460\u2461\u2466.\u24ea.\u24ea.\u2460",
+                              "127\u30020\u30020\u30021"]
+
+
+@pytest.mark.parametrize("host", LOOPBACK_SPELLED_OTHERWISE)
+def test_a_host_is_judged_as_the_http_client_will_spell_it(host):
+    # Without a lookup (resolve=False) only the spelling the client connects to can tell.
+    assert "private address" in url_problem(f"http://{host}:8080/hook", allow_private=False, resolve=False)
+
+
+def test_a_private_address_is_refused_without_saying_which_one():
+    problem = url_problem("http://localhost/hook", allow_private=False)  # the name, not the address, is the caller's
+    assert "not allowed" in problem and "localhost" in problem
+    assert "127.0.0.1" not in problem and "::1" not in problem
+
+
+def test_a_loopback_host_spelled_otherwise_is_refused_at_creation_and_when_sending(app, producer, receiver, clock):
+    port = receiver.url.rsplit(":", 1)[1]
+    urls = [f"http://{host}:{port}/hook" for host in LOOPBACK_SPELLED_OTHERWISE]
+    app.config["PROMESA_ALLOW_PRIVATE_TARGETS"] = False
+    try:
+        for url in urls:
+            refused = producer.post("/api/v1/subscriptions", {"url": url})
+            assert refused.status_code == 422, refused.get_json()
+            assert "not allowed" in refused.get_json()["error"] and "(127.0.0.1)" not in refused.get_json()["error"]
+        app.config["PROMESA_ALLOW_PRIVATE_TARGETS"] = True  # saved while private targets were allowed
+        for url in urls:
+            producer.subscribe(url)
+        producer.publish()
+        app.config["PROMESA_ALLOW_PRIVATE_TARGETS"] = False
+        deliver_due(app, clock, rounds=1)
+    finally:
+        app.config["PROMESA_ALLOW_PRIVATE_TARGETS"] = True
+    attempts = db.session.scalars(select(Attempt)).all()
+    assert len(attempts) == len(urls)
+    for attempt in attempts:
+        assert attempt.status_code is None and "private address refused" in attempt.error, attempt.error
+    assert receiver.count() == 0

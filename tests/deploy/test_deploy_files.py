@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 import click
+import click.testing
 import pytest
 import yaml
 
@@ -352,6 +353,23 @@ def test_the_environment_example_sets_what_promesa_reads(monkeypatch, tmp_path):
     read_elsewhere = {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "PROMESA_ENCRYPTION_KEY", "PROMESA_INSTANCE_PATH",
                       "PROMESA_ALLOW_PRIVATE_TARGETS"}
     assert set(example) - read_elsewhere - set(config_module.DEFAULTS) == set(), "a name Promesa does not read"
+
+
+def test_the_unedited_environment_example_is_refused_and_says_how_to_fix_it(monkeypatch, tmp_path):
+    execs = []
+    monkeypatch.setattr(os, "execv", lambda path, argv: execs.append(argv))
+    runner = click.testing.CliRunner()
+    example = {**environment_example(), "PROMESA_INSTANCE_PATH": str(tmp_path / "instance")}
+    for command in ("web", "worker", "sweep"):
+        result = runner.invoke(cli, [command], env=example)
+        assert result.exit_code == 2, result.output
+        for name in ("SECRET_KEY", "PROMESA_ENCRYPTION_KEY", "PROMESA_METRICS_TOKEN"):
+            assert f"{name} is a placeholder" in result.output
+        assert "promesa keys generate" in result.output
+    assert execs == []
+    made = runner.invoke(cli, ["keys", "generate"])
+    filled = {**example, **dict(line.split("=", 1) for line in made.stdout.splitlines())}
+    assert runner.invoke(cli, ["web"], env=filled).exit_code == 0 and len(execs) == 1
 
 
 def test_systemd_accepts_the_units(tmp_path):

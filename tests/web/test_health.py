@@ -99,6 +99,35 @@ def test_readyz_on_a_database_never_migrated(config, tmp_path):
     assert resp.status_code == 503 and resp.get_json()["missing"] == ["migrations"]
 
 
+def test_anonymous_probes_reuse_a_database_connection(app, client):
+    """A load balancer asks every few seconds, from several places: each probe must not cost a new connection."""
+    opened = []
+
+    def count(dbapi_connection, record):
+        opened.append(dbapi_connection)
+
+    sa.event.listen(sa.pool.Pool, "connect", count)  # every pool of the process, however made
+    try:
+        for _ in range(50):
+            assert ready(client, environ_base=OUTSIDE)[0].status_code == 200
+    finally:
+        sa.event.remove(sa.pool.Pool, "connect", count)
+    assert len(opened) <= 1, f"50 probes opened {len(opened)} connections"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_probe_after_the_server_ended_the_kept_connection_is_still_ready(app, client, database_url):
+    assert ready(client, environ_base=OUTSIDE)[0].status_code == 200
+    killer = sa.create_engine(database_url)
+    with killer.connect() as conn:  # what a restart or a failover does to every connection kept
+        ended = conn.execute(sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                     "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar()
+    killer.dispose()
+    assert ended >= 1
+    assert ready(client, environ_base=OUTSIDE)[0].status_code == 200
+
+
 def test_verbose_lists_live_workers_for_loopback_and_admins_only(app, client, config, users, auth):
     conn = redis.Redis.from_url(config["REDIS_URL"])
     prefix = config["PROMESA_REDIS_PREFIX"]

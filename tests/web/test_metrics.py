@@ -104,6 +104,23 @@ def test_only_loopback_without_a_token_and_only_the_token_with_one(app, client):
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_behind_a_trusted_proxy_a_client_saying_it_is_loopback_reads_neither_metrics_nor_details(config):
+    """gunicorn reached directly, past the proxy: X-Forwarded-For says whatever the client likes."""
+    app = create_app({**config, "PROMESA_TRUSTED_PROXIES": 1, "PROMESA_METRICS_TOKEN": ""})
+    client = app.test_client()
+    claims_loopback = {"environ_base": {"REMOTE_ADDR": "127.0.0.1"}, "headers": {"X-Forwarded-For": "127.0.0.1"}}
+    refused = client.get("/metrics", **claims_loopback)
+    assert refused.status_code == 403 and b"PROMESA_METRICS_TOKEN" in refused.data
+    assert client.get("/metrics").status_code == 403  # the proxy itself, on this machine, counts for no one either
+    ready = client.get("/readyz?verbose=1", **claims_loopback).get_json()
+    assert ready == {"status": "ready", "missing": []}  # no checks, no workers' host names and PIDs
+    app.config["PROMESA_METRICS_TOKEN"] = token = "f" * 8 + "0123456789abcdef" * 3
+    bearer = {"Authorization": f"Bearer {token}", "X-Forwarded-For": "203.0.113.9"}
+    scrape(client, headers=bearer)
+    assert client.get("/readyz?verbose=1", headers=bearer).get_json()["checks"]["database"] == "ok"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_replays_running_counts_the_replays_not_finished(app, client, clock):
     from dashboard.core.extensions import db
     from dashboard.models import Replay
