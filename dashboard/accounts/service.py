@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from dashboard import audit
 from dashboard.accounts.access import GLOBAL_READERS, ROLES
+from dashboard.accounts.passwords import password_problem
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import ApiToken, Team, User
@@ -58,6 +59,8 @@ def create_user(email: str, role: str, team_name: str | None = None,
         raise ApiError(409, f"a user with email {email} already exists")
     team = team_named(team_name) if team_name and team_name.strip() else None
     _check_role(role, team)
+    if password is not None:
+        _check_password(password, email)
     password = password or secrets.token_urlsafe(12)
     user = User(email=email, role=role, team=team if role not in GLOBAL_READERS else None, active=True)
     user.set_password(password)
@@ -66,6 +69,28 @@ def create_user(email: str, role: str, team_name: str | None = None,
     audit.record("user.created", team_id=user.team_id, target=f"user:{email}", detail={"role": role}, actor=actor)
     db.session.commit()
     return user, password
+
+
+def _check_password(password: str, email: str) -> None:
+    problem = password_problem(password, email)
+    if problem:
+        raise ApiError(400, problem)
+
+
+def change_password(user: User, current: str, new: str, confirmation: str) -> None:
+    """The user's own change: the current password proves it is them; every other session of theirs ends
+    (the caller signs this one in again). Nothing changes on a wrong or weak field."""
+    if not user.check_password(current):
+        raise ApiError(400, "the current password is wrong")
+    if new != confirmation:
+        raise ApiError(400, "the new password and its repetition differ")
+    if new == current:
+        raise ApiError(400, "the new password is the current one")
+    _check_password(new, user.email)
+    user.set_password(new)
+    user.end_sessions()
+    audit.record("user.password_changed", target=f"user:{user.email}", actor=("user", user.email))
+    db.session.commit()
 
 
 def _not_yourself(user: User, acting: User | None, what: str) -> None:
