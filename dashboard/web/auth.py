@@ -245,7 +245,8 @@ def change_password():
         form = request.form
         user = db.session.get(User, current_user.id)
         try:
-            accounts.change_password(user, form.get("current", ""), form.get("new", ""), form.get("repeat", ""))
+            accounts.change_password(user, form.get("current", ""), form.get("new", ""), form.get("repeat", ""),
+                                     address=request.remote_addr)
         except ApiError as exc:
             db.session.rollback()
             flash(exc.message[:1].upper() + exc.message[1:] + ".", "error")

@@ -176,6 +176,20 @@ def test_a_user_changes_their_password_and_their_other_sessions_end(app, client,
 
 
 @SQLITE_ONLY
+def test_a_stolen_session_cannot_guess_the_current_password_quickly(app, client, users, clock):
+    assert sign_in(client, "owner@example.com", "pw-owner").status_code == 302
+    for guess in range(5):
+        assert change(client, f"guess-{guess}", STRONG).status_code == 400
+    refused = change(client, "pw-owner", STRONG)  # even the right one, until the window has passed
+    assert refused.status_code == 429 and "try again in 15 minutes" in refused.get_data(as_text=True)
+    db.session.expire_all()
+    assert db.session.get(User, users["owner"].id).check_password("pw-owner")
+    assert [e.detail["reason"] for e in entries("user.password_change_refused")] == ["wrong current password"] * 5
+    clock.advance(minutes=15)
+    assert change(client, "pw-owner", STRONG).status_code == 302
+
+
+@SQLITE_ONLY
 def test_the_change_page_needs_a_signed_in_user(client, users):
     assert client.get("/account/password").status_code == 302
     assert client.post("/account/password", data={}).status_code in (302, 400)
