@@ -93,7 +93,7 @@ def change_password(user: User, current: str, new: str, confirmation: str, addre
         raise ApiError(429, f"the current password was wrong {CHANGE_TRIES} times; try again in "
                             f"{CHANGE_WINDOW.seconds // 60} minutes")
     if not user.check_password(current):
-        audit.record("user.password_change_refused", target=f"user:{user.email}", actor=("user", user.email),
+        audit.record("user.password_change_refused", actor=("user", user.email),
                      detail={"address": address or "unknown", "reason": "wrong current password"})
         db.session.commit()
         raise ApiError(400, "the current password is wrong")
@@ -104,7 +104,7 @@ def change_password(user: User, current: str, new: str, confirmation: str, addre
     _check_password(new, user.email)
     user.set_password(new)
     user.end_sessions()
-    audit.record("user.password_changed", target=f"user:{user.email}", actor=("user", user.email))
+    audit.record("user.password_changed", actor=("user", user.email))  # no target: the actor is the user
     db.session.commit()
 
 
