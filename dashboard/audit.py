@@ -15,6 +15,9 @@ from dashboard.core.extensions import db
 from dashboard.models import AuditEntry
 
 SYSTEM = ("system", "system")
+# One person's sign-ins and password changes: entries of no team, shown to admins and to the person they name alone.
+ACCOUNT_ACTIONS = ("user.signed_in", "user.sign_in_failed", "user.locked_out", "user.password_changed",
+                   "user.password_change_refused")
 
 
 def current_actor() -> tuple[str, str]:

@@ -13,14 +13,15 @@ import secrets
 import threading
 
 from flask import current_app
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from dashboard import audit
 from dashboard.accounts.access import GLOBAL_READERS, ROLES
+from dashboard.accounts.passwords import password_problem
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
-from dashboard.models import ApiToken, Team, User
+from dashboard.models import ApiToken, AuditEntry, Team, User
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ def create_user(email: str, role: str, team_name: str | None = None,
         raise ApiError(409, f"a user with email {email} already exists")
     team = team_named(team_name) if team_name and team_name.strip() else None
     _check_role(role, team)
+    if password is not None:
+        _check_password(password, email)
     password = password or secrets.token_urlsafe(12)
     user = User(email=email, role=role, team=team if role not in GLOBAL_READERS else None, active=True)
     user.set_password(password)
@@ -66,6 +69,43 @@ def create_user(email: str, role: str, team_name: str | None = None,
     audit.record("user.created", team_id=user.team_id, target=f"user:{email}", detail={"role": role}, actor=actor)
     db.session.commit()
     return user, password
+
+
+def _check_password(password: str, email: str) -> None:
+    problem = password_problem(password, email)
+    if problem:
+        raise ApiError(400, problem)
+
+
+# Wrong current passwords allowed per user and window on the change page, counted from the audit log, so a
+# stolen session cannot guess its way to the password faster than the sign-in throttle allows.
+CHANGE_TRIES, CHANGE_WINDOW = 5, dt.timedelta(minutes=15)
+
+
+def change_password(user: User, current: str, new: str, confirmation: str, address: str | None = None) -> None:
+    """The user's own change: the current password proves it is them; every other session of theirs ends
+    (the caller signs this one in again). Nothing changes on a wrong or weak field."""
+    now = current_app.config["CLOCK"].now()
+    wrong = db.session.scalar(select(func.count()).select_from(AuditEntry).where(
+        AuditEntry.action == "user.password_change_refused", AuditEntry.actor == user.email,
+        AuditEntry.at > now - CHANGE_WINDOW))
+    if wrong >= CHANGE_TRIES:
+        raise ApiError(429, f"the current password was wrong {CHANGE_TRIES} times; try again in "
+                            f"{CHANGE_WINDOW.seconds // 60} minutes")
+    if not user.check_password(current):
+        audit.record("user.password_change_refused", actor=("user", user.email),
+                     detail={"address": address or "unknown", "reason": "wrong current password"})
+        db.session.commit()
+        raise ApiError(400, "the current password is wrong")
+    if new != confirmation:
+        raise ApiError(400, "the new password and its repetition differ")
+    if new == current:
+        raise ApiError(400, "the new password is the current one")
+    _check_password(new, user.email)
+    user.set_password(new)
+    user.end_sessions()
+    audit.record("user.password_changed", actor=("user", user.email))  # no target: the actor is the user
+    db.session.commit()
 
 
 def _not_yourself(user: User, acting: User | None, what: str) -> None:

@@ -111,7 +111,8 @@ def users():
 
 @users.command("create")
 @click.option("--email", required=True)
-@click.option("--password", help="generated and printed when not given")
+@click.option("--password", help="at least 12 characters (PROMESA_PASSWORD_MIN_LENGTH), not a common one; "
+              "generated and printed when not given")
 @click.option("--role", type=click.Choice(User.ROLES), default="member", show_default=True)
 @click.option("--team", "team_name", help="the team the user belongs to (created if needed)")
 def users_create(email, password, role, team_name):

@@ -136,6 +136,12 @@ DEFAULTS = {
     # Failed sign-ins allowed per account and per client address before a 429 (limits' notation).
     "PROMESA_LOGIN_LIMIT_PER_ACCOUNT": "5 per 15 minutes",
     "PROMESA_LOGIN_LIMIT_PER_ADDRESS": "30 per 15 minutes",
+    # A dashboard session ends after this long without a page opened or a button pressed (a page's own
+    # polling does not count), and this long after its sign-in whatever happens (docs/dashboard.md).
+    "PROMESA_SESSION_IDLE_HOURS": 12.0,
+    "PROMESA_SESSION_MAX_DAYS": 7.0,
+    # The shortest new password (dashboard.accounts.passwords has the rest of the rule).
+    "PROMESA_PASSWORD_MIN_LENGTH": 12,
     "PROMESA_REDIS_PREFIX": "promesa",
     # How long one Redis call waits for a connection or an answer before Redis counts as away. A Redis
     # that hangs without closing (a paused server, a dropped network) must not hang a page, ingest or a loop.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -202,6 +203,27 @@ def compact_json(value, what: str) -> str:
         return json.dumps(value, separators=(",", ":"), allow_nan=False)
     except ValueError:
         raise ApiError(400, f"{what} must not contain NaN or Infinity (JSON has no such numbers)") from None
+
+
+def refuse_nul(value, where: str) -> None:
+    """422 naming the first key or string inside `value` that holds NUL (PostgreSQL stores no NUL in text or jsonb):
+    `where` is the JSON path of `value` itself, e.g. "data" gives "data.items[2].name"."""
+    stack = [(value, where)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                raise ApiError(422, f"{path} must not contain NUL characters (\\u0000)")
+        elif isinstance(node, dict):
+            for key, child in reversed(node.items()):
+                if "\x00" in key:
+                    raise ApiError(422, f"{path} has a key with a NUL character (\\u0000) in it")
+                stack.append((child, f"{path}.{key}" if _PLAIN_KEY.match(key) else f"{path}[{json.dumps(key)}]"))
+        elif isinstance(node, list):
+            stack.extend((child, f"{path}[{index}]") for index, child in reversed(list(enumerate(node))))
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def nesting_depth(value) -> int:

@@ -41,6 +41,7 @@ from dashboard.core.validation import (
     invalid_token,
     nesting_depth,
     parse_time,
+    refuse_nul,
 )
 from dashboard.ingest import autocommit, catalog, quotas
 from dashboard.ingest.routing_cache import GENERATION, STILL_CURRENT, Lookup, ReadAgain
@@ -62,9 +63,11 @@ log = logging.getLogger(__name__)
 
 
 def validate_event(event: EventInput, cap: int) -> str:
-    """What the schema cannot say about an event's data: no NaN or Infinity, at most `cap` bytes and
+    """What the schema cannot say about an event's data: no NaN, Infinity or NUL, at most `cap` bytes and
     MAX_DATA_DEPTH levels. Returns data as compact JSON (sized here, reused in the body)."""
     data_json = compact_json(event.data, "data")
+    if "\\u0000" in data_json:  # how json.dumps writes NUL: only then is the data walked for where it is
+        refuse_nul(event.data, "data")
     size = len(data_json.encode("utf-8"))
     if size > cap:
         raise ApiError(413, f"data is {size} bytes; the cap is {cap} bytes (send ids and versions, not content)")

@@ -77,6 +77,7 @@ def test_an_expired_token_is_told_it_expired(app, client, auth, producer, users,
                  client.get("/api/v1/subscriptions", headers=api)):
         assert resp.status_code == 401
         assert "expired" in resp.get_json()["error"]
+    auth.login("owner")  # a day later the dashboard session has ended too (idle)
     assert "expired" in client.get("/tokens").get_data(as_text=True)
     unknown = {"Authorization": "Bearer pk_nothing"}
     assert "revoked" in client.get("/api/v1/subscriptions", headers=unknown).get_json()["error"]

@@ -327,6 +327,39 @@ def test_an_event_refused_at_flush_is_set_aside_and_the_rest_go_through(refused_
     assert client.spool.pending() == 0 and client.flush().published == []
 
 
+def test_a_spooled_event_with_nul_is_set_aside_and_later_ones_still_go(refused_url, live_url, producer, tmp_path,
+                                                                      sleeps):
+    # PostgreSQL refused NUL with a 500, so the flush retried the batch holding it for ever.
+    spool = tmp_path / "spool.db"
+    events = [{"type": "file.updated", "data": {"resource_id": rid}} for rid in ("f_0", "a\u0000b", "f_2")]
+    Client(refused_url, producer.token, sleep=sleeps, retries=0, spool=spool).publish_many(events)
+    client = Client(live_url, producer.token, sleep=sleeps, retries=1, spool=spool)
+    flushed = client.flush()
+    assert [r.status for r in flushed.rejected] == [422]
+    [aside] = client.spool.rejected()
+    assert aside.event["data"] == {"resource_id": "a\u0000b"} and "data.resource_id" in aside.rejected
+    client.spool.add([{"type": "file.updated", "id": "later", "data": {"resource_id": "f_3"}}])
+    assert [p.id for p in client.flush().published] == ["later"]
+    assert sorted(e.data["resource_id"] for e in stored(producer.team)) == ["f_0", "f_2", "f_3"]
+    assert client.spool.pending() == 0 and len(client.spool.rejected()) == 1
+
+
+def test_the_spool_file_is_readable_by_its_owner_alone(refused_url, tmp_path, sleeps):
+    spool = tmp_path / "spool.db"
+    old = os.umask(0o022)  # the usual umask, which leaves new files readable by everyone
+    try:
+        Client(refused_url, "pk_x", sleep=sleeps, retries=0, spool=spool).publish("file.updated", {})
+        reader = sqlite3.connect(spool)  # while a connection is open, SQLite keeps its -wal and -shm files
+        try:
+            assert reader.execute("SELECT count(*) FROM spooled_events").fetchone() == (1,)
+            for path in (spool, Path(f"{spool}-wal"), Path(f"{spool}-shm")):
+                assert path.stat().st_mode & 0o777 == 0o600, path
+        finally:
+            reader.close()
+    finally:
+        os.umask(old)
+
+
 def too_deep(levels: int = 40) -> dict:
     """Small data the service refuses for good: nested deeper than it allows."""
     data: dict = {}

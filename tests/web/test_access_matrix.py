@@ -48,6 +48,8 @@ MATRIX = {
     ("auth.login", "GET"): PUBLIC,
     ("auth.login", "POST"): {**PUBLIC, "anonymous": "login"},  # the matrix posts no password: 401
     ("auth.logout", "POST"): {**ALL_IN},
+    ("auth.change_password", "GET"): ALL_IN,  # one's own password: everyone signed in
+    ("auth.change_password", "POST"): ALL_IN,
     ("pages.overview", "GET"): ALL_IN,
     ("pages.subscription", "GET"): TEAM_PAGE,
     ("pages.contract", "GET"): TEAM_PAGE,

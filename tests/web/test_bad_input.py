@@ -138,6 +138,22 @@ def test_nul_in_a_text_field_is_a_400(producer, path, payload, words):
     assert stored(Event) == stored(EventType) == stored(Subscription) == 0
 
 
+def test_nul_in_event_data_is_a_422_that_says_where_and_a_batch_stores_nothing(producer, receiver):
+    # PostgreSQL refuses NUL in text and jsonb: this was a 500 there.
+    producer.subscribe(receiver.url + "/ok")
+    for data, where in [({"resource_id": "a\u0000b"}, "data.resource_id"),
+                        ({"items": [{"ok": 1}, {"name": "x\u0000"}]}, "data.items[1].name"),
+                        ({"odd key": ["\u0000"]}, 'data["odd key"][0]'),
+                        ({"k\u0000": 1}, "data has a key")]:
+        assert_refused(producer.post("/api/v1/events", {"type": "a.b", "data": data}), 422, where)
+    batch = {"events": [{"type": "a.b", "data": {"resource_id": "fine"}},
+                        {"type": "a.b", "data": {"resource_id": "a\u0000b"}}]}
+    assert_refused(producer.post("/api/v1/events/batch", batch), 422, "events[1]: data.resource_id")
+    # A literal backslash-u-0000 is six ordinary characters, and is stored.
+    assert producer.post("/api/v1/events", {"type": "a.b", "data": {"note": "\\u0000"}}).status_code == 202
+    assert stored(Event) == 1
+
+
 def test_nul_in_the_idempotency_key_is_a_400(producer):
     assert_refused(producer.post("/api/v1/events", {"type": "a.b"}, headers={"Idempotency-Key": "k\x00"}),
                    400, "Idempotency-Key")

@@ -9,6 +9,7 @@ from flask_login import current_user, login_required
 from sqlalchemy import and_, or_, select
 
 from dashboard.accounts import access
+from dashboard.audit import ACCOUNT_ACTIONS
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
 from dashboard.models import AuditEntry, Team
@@ -83,6 +84,18 @@ def _cursor(value: str | None) -> tuple[dt.datetime, int] | None:
         abort(400, "before must be the link from the previous page")
 
 
+def visible_entries(user):
+    """A WHERE clause for the entries this user may read: their teams' (access.visible_to), except sign-ins and
+    password changes, which admins see all of and everyone else only their own."""
+    if access.is_admin(user):
+        return None
+    own_account = and_(AuditEntry.action.in_(ACCOUNT_ACTIONS), AuditEntry.actor == user.email,
+                       AuditEntry.actor_kind.in_(("user", "anonymous")))
+    teams = access.visible_to(user, AuditEntry.team_id)
+    others = AuditEntry.action.not_in(ACCOUNT_ACTIONS)
+    return or_(own_account, and_(others, teams) if teams is not None else others)
+
+
 def visible_teams() -> list[Team]:
     return db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
 
@@ -92,7 +105,8 @@ def visible_teams() -> list[Team]:
 def audit():
     teams = visible_teams()
     filters = {name: (request.args.get(name) or "").strip() for name in ("actor", "action", "subscription", "team")}
-    query = access.restrict(select(AuditEntry), current_user, AuditEntry.team_id)
+    clause = visible_entries(current_user)
+    query = select(AuditEntry) if clause is None else select(AuditEntry).where(clause)
     if filters["actor"]:
         query = query.where(AuditEntry.actor == filters["actor"].lower() if "@" in filters["actor"]
                             else AuditEntry.actor == filters["actor"])

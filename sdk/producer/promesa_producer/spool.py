@@ -8,6 +8,7 @@ its claim to expire; the next one sends those rows again, which the event ids ma
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 import uuid
@@ -49,13 +50,14 @@ class Spool:
         self.lease_seconds = lease_seconds
         self.owner = uuid.uuid4().hex  # names this object's claims, so it removes only what it claimed
         try:
+            _create_private(self.path)
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             try:
                 conn.execute("PRAGMA journal_mode=WAL")  # outside a transaction: WAL cannot be set inside one
                 conn.execute(_SCHEMA)
             finally:
                 conn.close()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise SpoolError(f"cannot open the spool {self.path!r}: {exc}") from exc
 
     def _connect(self) -> _Transaction:
@@ -110,6 +112,14 @@ class Spool:
     def discard(self, seq: int) -> None:
         with self._connect() as conn:
             conn.execute("DELETE FROM spooled_events WHERE seq = ? AND rejected IS NOT NULL", (seq,))
+
+
+def _create_private(path: str) -> None:
+    """Create the spool file readable and writable by its owner alone (0600) before SQLite opens it: events are
+    the producer's data, and SQLite gives its -wal and -shm files the database file's mode."""
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))  # an existing file is left as its owner set it
 
 
 class _Transaction:
