@@ -104,7 +104,8 @@ def login():
             flash(problem, "error")
             return render_template("auth/login.html", email=""), 400
         throttle = LoginThrottle.for_app()
-        refusal = throttle.refusal(email, request.remote_addr)
+        attempt = throttle.attempt(email, request.remote_addr)  # counted as failed until the password matches
+        refusal = attempt.refusal
         if refusal:
             minutes = math.ceil(refusal.retry_after_seconds / 60)
             flash(f"Too many failed sign-ins for {refusal.reason}. Try again in {minutes} minute"
@@ -113,14 +114,13 @@ def login():
             return page, 429, {"Retry-After": str(refusal.retry_after_seconds)}
         user = db.session.scalar(select(User).where(User.email == email))
         if _password_matches(user, password):
-            throttle.succeeded(email)
+            throttle.succeeded(attempt)
             if not user.is_active:
                 flash("This account is deactivated; an admin can reactivate it.", "error")
                 return render_template("auth/login.html", email=email), 403
             _fresh_session()  # nothing from before the sign-in (a CSRF token, a planted session) survives it
             login_user(user)
             return redirect(_safe_next(request.args.get("next")))
-        throttle.failed(email, request.remote_addr)
         flash("Wrong email or password.", "error")
         return render_template("auth/login.html", email=email), 401
     return render_template("auth/login.html", email="")
