@@ -5,7 +5,8 @@
 | `subscriptions`         | 100       | creating one past it answers 409                                          |
 | `events_per_second`     | 100,000   | ingest: a token bucket per team in Redis, shared by every web process;    |
 |                         |           | a batch takes as many tokens as it has events; past it 429 + Retry-After  |
-| `queued_deliveries`     | 1,000,000 | ingest: owed deliveries (pending, scheduled, held, dead) past it → 429    |
+| `queued_deliveries`     | 100,000   | ingest: owed deliveries (pending, scheduled, held, dead) past it → 429;   |
+|                         |           | the default keeps a team's Redis use in its budget (docs/operating.md)    |
 | `test_event_seconds`    | 5         | at most one test event per subscription this often; sooner → 429         |
 
 Admins override any of them per team (`promesa teams quota`, the /quotas page); overrides live in
@@ -56,7 +57,7 @@ QUOTAS = {q.name: q for q in (
     Quota("subscriptions", 100, 0, 1_000_000, "subscriptions per team"),
     Quota("events_per_second", 100_000, 1, 10_000_000, "events per second accepted at ingest (a batch counts "
                                                           "as its number of events)"),
-    Quota("queued_deliveries", 1_000_000, 0, 1_000_000_000, "deliveries owed (pending, scheduled, held or dead) "
+    Quota("queued_deliveries", 100_000, 0, 1_000_000_000, "deliveries owed (pending, scheduled, held or dead) "
                                                               "past which ingest refuses events"),
     Quota("test_event_seconds", 5, 0, 86_400, "seconds between two test events to one subscription"),
 )}

@@ -132,8 +132,8 @@ class RedisFull:
             self._left_out += count
             if self._since is None:
                 self._since = time.monotonic()
-                log.error("ingest: Redis is full (maxmemory reached); accepted deliveries wait in the database, "
-                          "and the sweeper enqueues them when there is room")
+                log.error("ingest: Redis is full (at its maxmemory, or at the share of it kept for new work); "
+                          "accepted deliveries wait in the database, and the sweeper enqueues them when there is room")
 
     def took(self) -> None:
         if self._since is None:  # the common case, without the lock
