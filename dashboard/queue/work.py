@@ -29,6 +29,7 @@ trickle for a whole heartbeat ends (`heartbeat` tells it whether others are beat
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 import uuid
@@ -53,6 +54,9 @@ _CHUNK = 1000  # Lua's unpack() has a stack limit: push ids in chunks
 # what it holds (RQ's jobs, retries, heartbeats), which a full Redis would refuse them. The sweeper pushes
 # what waited in the database once there is room again.
 WORK_SHARE_OF_MAXMEMORY = 0.9
+# A process asks Redis for its memory at most this often (an INFO costs more than the push it guards); what
+# it pushes in between may pass the share by that much.
+ROOM_CHECK_SECONDS = 0.05
 
 # Files one work item under its subscription, its subscription under its team, its team in the ring
 # (each only when it was not there: RPUSH answering 1 means the list was empty). Needs p (the prefix).
@@ -268,6 +272,8 @@ class WorkQueue:
         self.team_lookup = team_lookup
         self._team_of: dict[str, str] = {}  # what this process learned: a subscription never changes team
         self.waiting_teams: frozenset[str] = frozenset()  # teams with ready work after the last pop
+        self._room_checked_at = -math.inf
+        self._no_room: str | None = None  # why new work waits, as of the last look at Redis's memory
         self._push_and_claim = conn.register_script(_PUSH_AND_CLAIM)
         self._promote = conn.register_script(_PROMOTE)
         self._pop = conn.register_script(_POP)
@@ -342,14 +348,20 @@ class WorkQueue:
         return started
 
     def _check_room(self) -> None:
-        try:
-            memory = self.conn.info("memory")
-        except redis.exceptions.ResponseError:
-            return  # INFO renamed away (some managed services): no ceiling to keep to
-        ceiling = int(memory.get("maxmemory", 0))
-        if ceiling and memory["used_memory"] >= WORK_SHARE_OF_MAXMEMORY * ceiling:
-            raise NoRoom(f"Redis uses {memory['used_memory']} bytes of its maxmemory of {ceiling}; new work waits "
-                         "in the database")
+        now = time.monotonic()
+        if now >= self._room_checked_at + ROOM_CHECK_SECONDS:
+            self._room_checked_at = now
+            try:
+                memory = self.conn.info("memory")
+            except redis.exceptions.ResponseError:
+                memory = {}  # INFO renamed away (some managed services): no ceiling to keep to
+            ceiling = int(memory.get("maxmemory", 0))
+            self._no_room = None
+            if ceiling and memory["used_memory"] >= WORK_SHARE_OF_MAXMEMORY * ceiling:
+                self._no_room = (f"Redis uses {memory['used_memory']} bytes of its maxmemory of {ceiling}; new work "
+                                 "waits in the database")
+        if self._no_room:
+            raise NoRoom(self._no_room)
 
     def kick(self) -> bool:
         """Start a drain job if there is ready work and a free slot."""
