@@ -180,6 +180,7 @@ return out
 # Work of a subscription the map does not know (deleted, or a flushed Redis before anyone re-filed it).
 UNKNOWN_TEAM = "?"
 
+
 class NoRoom(redis.exceptions.OutOfMemoryError):
     """Redis is past WORK_SHARE_OF_MAXMEMORY of its maxmemory: new work waits in the database."""
 
