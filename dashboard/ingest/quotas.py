@@ -5,7 +5,8 @@
 | `subscriptions`         | 100       | creating one past it answers 409                                          |
 | `events_per_second`     | 100,000   | ingest: a token bucket per team in Redis, shared by every web process;    |
 |                         |           | a batch takes as many tokens as it has events; past it 429 + Retry-After  |
-| `queued_deliveries`     | 1,000,000 | ingest: owed deliveries (pending, scheduled, held, dead) past it → 429    |
+| `queued_deliveries`     | 100,000   | ingest: owed deliveries (pending, scheduled, held, dead) past it → 429;   |
+|                         |           | the default keeps a team's Redis use in its budget (docs/operating.md)    |
 | `test_event_seconds`    | 5         | at most one test event per subscription this often; sooner → 429         |
 
 Admins override any of them per team (`promesa teams quota`, the /quotas page); overrides live in
@@ -32,12 +33,12 @@ from dataclasses import dataclass
 
 import redis
 from flask import current_app
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from dashboard import audit
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
-from dashboard.models import Delivery, DeliveryState, Subscription, Team, TeamQuota
+from dashboard.models import AuditEntry, Delivery, DeliveryState, Subscription, Team, TeamQuota
 from dashboard.queue.work import client_options, connect
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ QUOTAS = {q.name: q for q in (
     Quota("subscriptions", 100, 0, 1_000_000, "subscriptions per team"),
     Quota("events_per_second", 100_000, 1, 10_000_000, "events per second accepted at ingest (a batch counts "
                                                           "as its number of events)"),
-    Quota("queued_deliveries", 1_000_000, 0, 1_000_000_000, "deliveries owed (pending, scheduled, held or dead) "
+    Quota("queued_deliveries", 100_000, 0, 1_000_000_000, "deliveries owed (pending, scheduled, held or dead) "
                                                               "past which ingest refuses events"),
     Quota("test_event_seconds", 5, 0, 86_400, "seconds between two test events to one subscription"),
 )}
@@ -148,16 +149,34 @@ def set_override(team: Team, name: str, value: int | None, actor: tuple[str, str
 
 
 # -- subscriptions and test events (not the hot path: plain database reads) --------------------------
+def _hold(model, row_id) -> None:
+    """Hold the row until the transaction ends, so requests that check and then write through it take turns:
+    PostgreSQL locks the row (NO KEY UPDATE: inserts referring to it still go ahead); SQLite has one writer at
+    a time, so a write that changes nothing takes that turn."""
+    if db.session.get_bind().dialect.name == "postgresql":
+        db.session.execute(select(model.id).where(model.id == row_id).with_for_update(key_share=True))
+    else:
+        db.session.execute(update(model).where(model.id == row_id).values(id=model.id)
+                           .execution_options(synchronize_session=False))
+
+
 def check_subscription_room(team: Team) -> None:
+    """Holds the team's row until the caller commits: concurrent creations count one after another."""
+    _hold(Team, team.id)
     allowed = limit(team.id, "subscriptions")
     if subscriptions_used(team.id) >= allowed:
         raise QuotaExceeded("subscriptions", allowed, None, f"team {team.name} has its {allowed} subscriptions (the "
                             "subscriptions quota); delete one, or ask an admin to raise it", status=409)
 
 
-def check_test_event(sub: Subscription, last_sent: dt.datetime | None) -> None:
-    """At most one test event per subscription every `test_event_seconds`; `last_sent`: the latest one's time."""
+def check_test_event(sub: Subscription) -> None:
+    """At most one test event per subscription every `test_event_seconds`. Holds the subscription's row until
+    the caller commits the test event's audit entry: the latest one (ix_audit_entries_subscription_at) says
+    when the last test event went."""
+    _hold(Subscription, sub.id)
     interval = limit(sub.team_id, "test_event_seconds")
+    last_sent = db.session.scalar(select(func.max(AuditEntry.at)).where(
+        AuditEntry.subscription_id == sub.id, AuditEntry.action == "subscription.test_sent"))
     if last_sent is None or not interval:
         return
     waited = (current_app.config["CLOCK"].now() - last_sent).total_seconds()

@@ -118,14 +118,50 @@ def enqueue(items: list[str], team_id: int | None = None) -> None:
     push_now(items)
 
 
+class RedisFull:
+    """One line when Redis refuses ingest's work for want of memory (its `maxmemory` reached, `noeviction`),
+    one when it takes it again: not a traceback per push while it is full."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._left_out = 0  # deliveries the pushes could not hand over meanwhile
+
+    def refused(self, count: int) -> None:
+        with self._lock:
+            self._left_out += count
+            if self._since is None:
+                self._since = time.monotonic()
+                log.error("ingest: Redis is full (at its maxmemory, or at the share of it kept for new work); "
+                          "accepted deliveries wait in the database, and the sweeper enqueues them when there is room")
+
+    def took(self) -> None:
+        if self._since is None:  # the common case, without the lock
+            return
+        with self._lock:
+            if self._since is not None:
+                log.warning("ingest: Redis takes work again after %.1f s full; the sweeper enqueues the %d "
+                            "deliveries left in the database meanwhile", time.monotonic() - self._since,
+                            self._left_out)
+                self._since, self._left_out = None, 0
+
+
+redis_full = RedisFull()
+
+
 def push_now(items: list[str]) -> None:
-    """Push work items to Redis now; a Redis that is away is logged once, not raised (the sweeper has them)."""
+    """Push work items to Redis now; a Redis that is away or full is logged once, not raised (the sweeper has
+    them)."""
     try:
         WorkQueue.for_app().push(items)
     except REDIS_AWAY as error:  # accepted work is in the database: never fail the producer for Redis
         redis_outage.failed(error, "ingest")  # one line per outage, not a traceback per request
         return
+    except redis.exceptions.OutOfMemoryError:
+        redis_full.refused(len(items))
+        return
     except (redis.RedisError, OSError):
         log.warning("could not enqueue %d deliveries; the sweeper will", len(items), exc_info=True)
         return
     redis_outage.succeeded("ingest")
+    redis_full.took()

@@ -29,6 +29,7 @@ trickle for a whole heartbeat ends (`heartbeat` tells it whether others are beat
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 import uuid
@@ -49,6 +50,13 @@ SLOT_STALE_SECONDS = 3.0
 # More ready work than this while a drain runs starts another: a drain pops at most this many at once.
 SPARE_DRAIN_BACKLOG = 200
 _CHUNK = 1000  # Lua's unpack() has a stack limit: push ids in chunks
+# New work stops going to Redis at this share of its maxmemory: the rest is the room the workers need to drain
+# what it holds (RQ's jobs, retries, heartbeats), which a full Redis would refuse them. The sweeper pushes
+# what waited in the database once there is room again.
+WORK_SHARE_OF_MAXMEMORY = 0.9
+# A process asks Redis for its memory at most this often (an INFO costs more than the push it guards); what
+# it pushes in between may pass the share by that much.
+ROOM_CHECK_SECONDS = 0.05
 
 # Files one work item under its subscription, its subscription under its team, its team in the ring
 # (each only when it was not there: RPUSH answering 1 means the list was empty). Needs p (the prefix).
@@ -172,6 +180,11 @@ return out
 # Work of a subscription the map does not know (deleted, or a flushed Redis before anyone re-filed it).
 UNKNOWN_TEAM = "?"
 
+
+class NoRoom(redis.exceptions.OutOfMemoryError):
+    """Redis is past WORK_SHARE_OF_MAXMEMORY of its maxmemory: new work waits in the database."""
+
+
 def is_spare(token: str, beating: list[str]) -> bool:
     """Of drains beating together, the one with the least slot token keeps going when work is a trickle;
     the others are spares (a fixed order, so that two never both end)."""
@@ -260,6 +273,8 @@ class WorkQueue:
         self.team_lookup = team_lookup
         self._team_of: dict[str, str] = {}  # what this process learned: a subscription never changes team
         self.waiting_teams: frozenset[str] = frozenset()  # teams with ready work after the last pop
+        self._room_checked_at = -math.inf
+        self._no_room: str | None = None  # why new work waits, as of the last look at Redis's memory
         self._push_and_claim = conn.register_script(_PUSH_AND_CLAIM)
         self._promote = conn.register_script(_PROMOTE)
         self._pop = conn.register_script(_POP)
@@ -315,12 +330,15 @@ class WorkQueue:
 
     # -- producing work -------------------------------------------------------------
     def push(self, items) -> bool:
-        """Make work items ready now, and start a drain job if none is there to take them."""
+        """Make work items ready now, and start a drain job if none is there to take them. Raises NoRoom
+        (what it pushed before stays) when Redis is nearly full."""
         ids = [str(i) for i in items]
         started = False
         for start in range(0, max(len(ids), 1), _CHUNK):
             token = str(uuid.uuid4())
             chunk = ids[start:start + _CHUNK]
+            if chunk:  # (a kick adds nothing: it is how a nearly full Redis gets drained)
+                self._check_room()
             claimed = self._push_and_claim(
                 keys=[self.drainers_key, self.ready_index_key],
                 args=[time.time(), SLOT_TTL_SECONDS, self.max_drainers, token, SPARE_DRAIN_BACKLOG,
@@ -329,6 +347,22 @@ class WorkQueue:
                 self._enqueue_drain(token)
                 started = True
         return started
+
+    def _check_room(self) -> None:
+        now = time.monotonic()
+        if now >= self._room_checked_at + ROOM_CHECK_SECONDS:
+            self._room_checked_at = now
+            try:
+                memory = self.conn.info("memory")
+            except redis.exceptions.ResponseError:
+                memory = {}  # INFO renamed away (some managed services): no ceiling to keep to
+            ceiling = int(memory.get("maxmemory", 0))
+            self._no_room = None
+            if ceiling and memory["used_memory"] >= WORK_SHARE_OF_MAXMEMORY * ceiling:
+                self._no_room = (f"Redis uses {memory['used_memory']} bytes of its maxmemory of {ceiling}; new work "
+                                 "waits in the database")
+        if self._no_room:
+            raise NoRoom(self._no_room)
 
     def kick(self) -> bool:
         """Start a drain job if there is ready work and a free slot."""

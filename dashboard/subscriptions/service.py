@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import current_app
 from promesa_receiver import signing
-from sqlalchemy import case, func, or_, select, update
+from sqlalchemy import case, or_, select, update
 from sqlalchemy.orm import selectinload
 
 from dashboard import audit
@@ -16,7 +16,6 @@ from dashboard.delivery.targets import url_problem
 from dashboard.ingest import quotas
 from dashboard.ingest.accept import ingest_many
 from dashboard.models import (
-    AuditEntry,
     Delivery,
     DeliveryState,
     Event,
@@ -197,9 +196,7 @@ def send_test_event(sub: Subscription) -> tuple[str, str]:
     not_deleted(sub)
     if sub.state != SubscriptionState.ACTIVE:
         raise ApiError(409, f"this subscription is {sub.state}: a test event would be held; resume it first")
-    # The audit log's entry of the last test event (ix_audit_entries_subscription_at) says when it went.
-    quotas.check_test_event(sub, db.session.scalar(select(func.max(AuditEntry.at)).where(
-        AuditEntry.subscription_id == sub.id, AuditEntry.action == "subscription.test_sent")))
+    quotas.check_test_event(sub)  # holds the subscription's row until ingest's commit below
     event_id = new_ids("evt", 1)[0]
     # Recorded first: ingest's commit writes it with the event, and a refused event leaves no entry.
     audit.record("subscription.test_sent", subscription=sub, detail={"event_id": event_id})

@@ -198,7 +198,8 @@ def login():
             flash(problem, "error")
             return render_template("auth/login.html", email=""), 400
         throttle = LoginThrottle.for_app()
-        refusal = throttle.refusal(email, request.remote_addr)
+        attempt = throttle.attempt(email, request.remote_addr)  # counted as failed until the password matches
+        refusal = attempt.refusal
         if refusal:
             minutes = math.ceil(refusal.retry_after_seconds / 60)
             flash(f"Too many failed sign-ins for {refusal.reason}. Try again in {minutes} minute"
@@ -208,7 +209,7 @@ def login():
             return page, 429, {"Retry-After": str(refusal.retry_after_seconds)}
         user = db.session.scalar(select(User).where(User.email == email))
         if _password_matches(user, password):
-            throttle.succeeded(email)
+            throttle.succeeded(attempt)
             if not user.is_active:
                 _audit_sign_in("user.sign_in_failed", email, user, reason="deactivated")
                 flash("This account is deactivated; an admin can reactivate it.", "error")
@@ -218,7 +219,6 @@ def login():
             _start_session_clock()
             _audit_sign_in("user.signed_in", email, user)
             return redirect(_safe_next(request.args.get("next")))
-        throttle.failed(email, request.remote_addr)
         _audit_sign_in("user.sign_in_failed", email, user,
                        reason="wrong password" if user is not None else "no such user")
         flash("Wrong email or password.", "error")

@@ -209,7 +209,7 @@ def test_the_team_sees_every_quota_in_the_api_and_the_openapi_document(app, prod
     assert shown["subscriptions"] | {"description": None} == {"limit": 7, "default": 100, "overridden": True,
                                                                "used": 1, "description": None}
     assert (shown["events_per_second"]["limit"], shown["events_per_second"]["overridden"]) == (100_000, False)
-    assert (shown["queued_deliveries"]["limit"], shown["queued_deliveries"]["used"]) == (1_000_000, 1)
+    assert (shown["queued_deliveries"]["limit"], shown["queued_deliveries"]["used"]) == (100_000, 1)
     assert shown["test_event_seconds"]["limit"] == 5
     doc = producer.client.get("/api/v1/openapi.json").get_json()
     for path in ("/events", "/events/batch", "/subscriptions/{subscription_id}/test"):
@@ -261,6 +261,7 @@ def test_a_lease_admits_the_next_requests_without_a_redis_round_trip(app, produc
 def test_a_lease_is_real_tokens_and_goes_back_with_the_next_call(app, config, producer, receiver, clock):
     producer.subscribe(receiver.url + "/ok")
     quotas.set_override(producer.team, "events_per_second", 1_000, actor=("system", "test"))
+    quotas.set_override(producer.team, "queued_deliveries", 1_000_000, actor=("system", "test"))
     producer.publish()
     # The request's token and a lease of 1 % of the rate left the bucket; the lease's room for owed deliveries
     # (0.1 % of the ceiling) is counted as owed until it comes back.

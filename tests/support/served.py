@@ -1,0 +1,35 @@
+"""The test's app on a real threaded HTTP server on 127.0.0.1, and requests fired at it all at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+from werkzeug.serving import make_server
+
+
+@contextmanager
+def served(app) -> Iterator[str]:
+    """The app served by a thread per request, as gunicorn's threads would: its base URL."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def at_once(calls: list[Callable[[], object]]) -> list[object]:
+    """Run every call in a thread of its own, released together by a barrier; their results, in order."""
+    start = threading.Barrier(len(calls))
+
+    def run(call):
+        start.wait(timeout=30)
+        return call()
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(run, calls))
