@@ -166,7 +166,7 @@ def _routed_and_declared(caller, exact: bool, indexed: bool):
     version = bindparam("version") if exact else select(func.max(EventType.version)).where(
         EventType.team_id == caller.c.team_id, EventType.name == bindparam("name")).scalar_subquery()
     return select(caller.c.team_id, caller.c.strict, caller.c.expires_at.label("token_expires_at"),
-                  declared.c.name.label("declared_name"),
+                  declared.c.id.label("declared_id"), declared.c.name.label("declared_name"),
                   declared.c.version.label("declared_version"), declared.c.schema.label("declared_schema"),
                   *_ROUTING.selected_columns, *([GENERATION] if indexed else [])).select_from(
         caller.outerjoin(declared, and_(declared.c.team_id == caller.c.team_id, declared.c.name == bindparam("name"),
@@ -182,6 +182,7 @@ _ROUTED_AND_DECLARED = {(by_token, exact, indexed): _routed_and_declared(
 
 class Declared(NamedTuple):
     """An event type's declaration as catalog.resolve reads it."""
+    id: int
     name: str
     version: int
     schema: dict
@@ -226,7 +227,7 @@ def _routing_and_declaration(producer: Team | BearerToken, event_type: str, vers
         raise invalid_token()
     first = rows[0]
     declared = None if first.declared_version is None else \
-        Declared(first.declared_name, first.declared_version, first.declared_schema)
+        Declared(first.declared_id, first.declared_name, first.declared_version, first.declared_schema)
     answer = [row for row in rows if row.id is not None], declared, \
         Caller(first.team_id, first.strict, first.token_expires_at)
     lookup.keep(key, answer, first.routing_generation if indexed else None)
