@@ -351,6 +351,14 @@ class Quotas(BaseModel):
                                                     "ingest answers 429 with Retry-After")
     test_event_seconds: QuotaUse = Field(description="seconds between two test events to one subscription; "
                                                      "sooner, 429 with Retry-After")
+    event_types: QuotaUse = Field(description="event types (names) in the catalog; past it, declaring a new one "
+                                              "answers 409")
+    event_type_versions: QuotaUse = Field(description="versions of one event type (used: the most of any type); "
+                                                      "past it, 409")
+    catalog_bytes: QuotaUse = Field(description="schemas and descriptions as stored; past it, a declaration answers "
+                                                "413")
+    declarations_per_minute: QuotaUse = Field(description="event-type declarations a minute, refused ones too; past "
+                                                          "it, 429 with Retry-After")
 
 
 class Team(BaseModel):

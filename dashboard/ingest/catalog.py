@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from dashboard import audit
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, compact_json, nesting_depth
+from dashboard.ingest import quotas
 from dashboard.models import EventType, Team
 from dashboard.schemas import EventTypeInput
 
@@ -44,9 +45,11 @@ _TRIAL_INSTANCES = ({}, [], "", 0, None)
 
 
 def declare(team: Team, body: EventTypeInput) -> EventType:
-    """Store a declaration, its schema bounded (check_schema)."""
+    """Store a declaration within the team's rate and catalog quotas, its schema bounded (check_schema)."""
+    quotas.check_declaration_rate(team)  # refused declarations count too: checking a schema costs CPU
     schema = body.json_schema
     validator = check_schema(schema)
+    quotas.check_catalog_room(team, body.name, stored_size(schema, body.description))
     declared = EventType(team_id=team.id, name=body.name, version=body.version, description=body.description,
                          schema=schema, created_at=current_app.config["CLOCK"].now())
     db.session.add(declared)
@@ -59,6 +62,11 @@ def declare(team: Team, body: EventTypeInput) -> EventType:
                             f"declare version {body.version + 1} for an incompatible change") from None
     Compiled.for_app(current_app).keep((declared.id, declared.name, declared.version), validator)
     return declared
+
+
+def stored_size(schema: dict, description: str) -> int:
+    """What a declaration adds to the catalog_bytes quota: its schema and description as the database keeps them."""
+    return len(json.dumps(schema)) + len(description)
 
 
 def check_schema(schema: dict):

@@ -1,5 +1,5 @@
 """The catalog costs other teams nothing: a schema's validation cost is bounded at declaration and per event,
-and each schema is compiled once per web process."""
+each schema is compiled once per web process, and the catalog has quotas and a rate."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
-from dashboard.ingest import catalog
+from dashboard.ingest import catalog, quotas
 from dashboard.ingest.accept import Declared
 from dashboard.models import Event, EventType
 
@@ -124,3 +124,34 @@ def test_the_budget_is_work_an_enum_weighs_its_length_and_unique_items_is_linear
         with pytest.raises(ApiError, match="non-unique"):
             catalog.validate_data(unique, [{"a": 1}, {"a": 1.0}])
         catalog.validate_data(unique, [1, True])  # true is not 1 in JSON Schema
+
+
+def test_the_catalog_quotas_refuse_the_flood(producer, clock):
+    """The reviewer's flood: 150 types with 60 KB descriptions. Refused past catalog_bytes (413), and past
+    declarations_per_minute (429 with Retry-After) whatever their size."""
+    description = "x" * 60_000
+    answers = [declare(producer, {"type": "object", "description": description}, name=f"flood.t{n}")
+               for n in range(150)]
+    codes = [a.status_code for a in answers]
+    first_refused = codes.index(413)
+    assert codes[:first_refused] == [201] * first_refused and first_refused == 33  # 33 × 60 KB ≤ 2,000,000
+    body = answers[first_refused].get_json()
+    assert (body["quota"], body["limit"]) == ("catalog_bytes", 2_000_000) and "catalog_bytes" in body["error"]
+    rated = answers[60]
+    assert codes[60:] == [429] * 90 and rated.get_json()["quota"] == "declarations_per_minute"
+    assert rated.headers["Retry-After"] == str(rated.get_json()["retry_after_seconds"])
+    used = quotas.describe(producer.team)
+    assert used["catalog_bytes"]["used"] <= 2_000_000 and used["event_types"]["used"] == 33
+    assert db.session.scalar(select(func.count()).select_from(EventType)) == 33
+
+    clock.advance(seconds=60)  # a new minute: the rate lets declarations in again, the bytes quota does not
+    quotas.set_override(producer.team, "event_types", 34, actor=("system", "test"))
+    assert declare(producer, {"type": "object"}, name="small.one").status_code == 201
+    refused = declare(producer, {"type": "object"}, name="small.two")
+    assert refused.status_code == 409 and refused.get_json()["quota"] == "event_types"
+    quotas.set_override(producer.team, "event_type_versions", 2, actor=("system", "test"))
+    assert declare(producer, {"type": "object"}, name="small.one", version=2).status_code == 201
+    refused = declare(producer, {"type": "object"}, name="small.one", version=3)
+    assert refused.status_code == 409 and refused.get_json()["quota"] == "event_type_versions"
+    shown = producer.get("/api/v1/team").get_json()["quotas"]
+    assert (shown["event_types"]["used"], shown["event_type_versions"]["used"]) == (34, 2)

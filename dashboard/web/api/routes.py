@@ -192,8 +192,10 @@ def list_deliveries(subscription_id, query: schemas.DeliveriesQuery):
 
 
 @bp.post("/event-types")
-@operation("Declare an event type version with a JSON Schema for its data", body=schemas.EventTypeInput,
-           responses={201: schemas.EventType}, errors=(409, 422))
+@operation("Declare an event type version with a JSON Schema for its data. The schema is bounded (size, depth, "
+           "$ref expansion: 413 or 422 naming the limit), and so is the catalog (quotas: event_types, "
+           "event_type_versions, catalog_bytes, declarations_per_minute)", body=schemas.EventTypeInput,
+           responses={201: schemas.EventType}, errors=(409, 413, 422, 429))
 def declare_event_type(body: schemas.EventTypeInput):
     refuse_reserved(body.name, "name")
     return jsonify(shapes.event_type(catalog.declare(g.team, body))), 201
