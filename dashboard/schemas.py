@@ -190,6 +190,16 @@ class SubscriptionsQuery(BaseModel):
                      Must("a subscription id (the next_after of the previous page)")] = None
 
 
+class EventTypesQuery(BaseModel):
+    """A page of the team's catalog, in the order it was declared."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    limit: Annotated[int, Field(ge=1, le=100), Must("a whole number from 1 to 100")] = 50
+    after: Annotated[str | None, Field(pattern=r"^[0-9]{1,9}$", description="the next_after of the previous page"),
+                     Must("the next_after of the previous page")] = None
+
+
 class IncidentsQuery(BaseModel):
     """A page of the team's incidents, newest first (ids are time-ordered)."""
 
@@ -332,6 +342,7 @@ class EventType(BaseModel):
 
 class EventTypeList(BaseModel):
     data: list[EventType]
+    next_after: str | None
 
 
 class QuotaUse(BaseModel):

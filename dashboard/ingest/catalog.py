@@ -22,6 +22,7 @@ from sqlalchemy import Row, bindparam, select
 from sqlalchemy.exc import IntegrityError
 
 from dashboard import audit
+from dashboard.core import paging
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, compact_json, nesting_depth
 from dashboard.ingest import quotas
@@ -354,6 +355,19 @@ class Compiled:
 def team_event_types(team: Team) -> list[EventType]:
     return db.session.scalars(select(EventType).where(EventType.team_id == team.id)
                               .order_by(EventType.name, EventType.version)).all()
+
+
+def team_event_types_page(team: Team, limit: int, after: str | None) -> tuple[list[EventType], str | None]:
+    """A page of the team's declarations, oldest first, and the next page's cursor (None on the last page)."""
+    page, next_after = paging.by_id(select(EventType).where(EventType.team_id == team.id), EventType.id, limit,
+                                    int(after) if after else None, newest_first=False)
+    return page, None if next_after is None else str(next_after)
+
+
+def team_event_type_names(team: Team) -> list[str]:
+    """The names in the team's catalog (at most its event_types quota), without their schemas."""
+    return db.session.scalars(select(EventType.name).where(EventType.team_id == team.id).distinct()
+                              .order_by(EventType.name)).all()
 
 
 # Built once: ingest asks on every request, and building and keying a statement costs more than running it.

@@ -1,5 +1,5 @@
 """The catalog costs other teams nothing: a schema's validation cost is bounded at declaration and per event,
-each schema is compiled once per web process, and the catalog has quotas and a rate."""
+each schema is compiled once per web process, the catalog has quotas and a rate, and its list is paged."""
 
 from __future__ import annotations
 
@@ -155,3 +155,29 @@ def test_the_catalog_quotas_refuse_the_flood(producer, clock):
     assert refused.status_code == 409 and refused.get_json()["quota"] == "event_type_versions"
     shown = producer.get("/api/v1/team").get_json()["quotas"]
     assert (shown["event_types"]["used"], shown["event_type_versions"]["used"]) == (34, 2)
+
+
+def test_the_catalog_list_is_paged(producer, client, auth, users):
+    for n in range(5):
+        assert declare(producer, {"type": "object"}, name=f"paged.t{n}").status_code == 201
+    seen, after, pages = [], None, 0
+    while True:
+        resp = producer.get("/api/v1/event-types", query_string={"limit": 2, **({"after": after} if after else {})})
+        assert resp.status_code == 200
+        body = resp.get_json()
+        assert len(body["data"]) <= 2
+        seen += [t["name"] for t in body["data"]]
+        pages, after = pages + 1, body["next_after"]
+        if after is None:
+            break
+    assert (seen, pages) == ([f"paged.t{n}" for n in range(5)], 3)
+    assert producer.get("/api/v1/event-types").get_json()["next_after"] is None  # 50 by default
+    for bad in ({"limit": 0}, {"limit": 101}, {"after": "x"}, {"after": "9" * 10}):  # (ids are 32-bit)
+        assert producer.get("/api/v1/event-types", query_string=bad).status_code == 400
+    auth.login("owner")  # the New subscription form offers the catalog's names (its schemas are not read)
+    page = client.get("/subscriptions/new").get_data(as_text=True)
+    assert all(f'value="paged.t{n}"' in page for n in range(5))
+    doc = producer.client.get("/api/v1/openapi.json").get_json()
+    listed = doc["paths"]["/event-types"]["get"]
+    assert {p["name"] for p in listed["parameters"]} >= {"limit", "after"}
+    assert set(doc["paths"]["/event-types"]["post"]["responses"]) >= {"413", "422", "429"}

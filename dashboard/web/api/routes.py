@@ -202,9 +202,11 @@ def declare_event_type(body: schemas.EventTypeInput):
 
 
 @bp.get("/event-types")
-@operation("The team's event-type catalog", responses={200: schemas.EventTypeList})
-def list_event_types():
-    return jsonify(data=[shapes.event_type(t) for t in catalog.team_event_types(g.team)])
+@operation("The team's event-type catalog, a page at a time, in the order it was declared",
+           query=schemas.EventTypesQuery, responses={200: schemas.EventTypeList})
+def list_event_types(query: schemas.EventTypesQuery):
+    page, next_after = catalog.team_event_types_page(g.team, query.limit, query.after)
+    return jsonify(data=[shapes.event_type(t) for t in page], next_after=next_after)
 
 
 @bp.get("/team")
