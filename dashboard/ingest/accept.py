@@ -345,6 +345,7 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
     seen: dict[str, int] = {}  # an id repeated inside the batch is a duplicate of its first appearance
     # Every new event gets a key (unique across teams); one the producer did not name takes it as its id too.
     fresh_keys = iter(new_ids("evt", len(checked)))
+    budget = catalog.Budget()  # what validating this request's events may cost, together
     events, promised = [], []  # promised: (event key, subscription id, active), one per delivery
     for index, (event_type, data, event_id, version, data_json, occurred_at) in enumerate(checked):
         if event_id in seen:
@@ -368,7 +369,7 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
         version, declared, targets = plan
         if declared is not None:
             try:
-                catalog.validate_data(declared, data)
+                catalog.validate_data(declared, data, budget)
             except ApiError as exc:
                 raise at(index, exc) from None
         key = next(fresh_keys)

@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import jsonschema
 import re2
@@ -40,6 +41,9 @@ MAX_EXPANDED_DEPTH = 128  # JSON containers once $refs are followed
 # backstop for work no step counts, CPU seconds of the thread (a garbage collection counts too: generous).
 MAX_VALIDATION_STEPS = 10_000
 MAX_VALIDATION_SECONDS = 0.25
+# What one request may spend on all its events (a batch), and a declaration on trying its schema.
+MAX_REQUEST_VALIDATION_STEPS = 100_000
+MAX_REQUEST_VALIDATION_SECONDS = 1.0
 # Instances a declared schema is tried on before it is accepted: one that recurses without end on
 # any of them would do so on every event of that type.
 _TRIAL_INSTANCES = ({}, [], "", 0, None)
@@ -109,10 +113,11 @@ def check_schema(schema: dict):
         validator_class = _validator_class(jsonschema.validators.validator_for(schema))
         validator_class.check_schema(schema)
         validator = validator_class(schema)
+        trials = Budget(2 * MAX_VALIDATION_STEPS, 2 * MAX_VALIDATION_SECONDS, "the budget of a declaration")
         for instance in _TRIAL_INSTANCES:
-            _errors(validator, instance)
+            _errors(validator, instance, trials)
     except OverBudget as over:
-        raise ApiError(422, f"schema takes {over} to check even an empty value") from None
+        raise ApiError(422, f"schema takes {over} to check empty values: simplify it") from None
     except jsonschema.SchemaError as exc:
         raise ApiError(422, f"schema is not a valid JSON Schema: {exc.message}") from None
     except RecursionError:
@@ -247,10 +252,20 @@ def _re2_pattern_properties(validator, pattern_properties, instance, schema):
 
 
 class OverBudget(Exception):
-    """One validation did more work than MAX_VALIDATION_STEPS or MAX_VALIDATION_SECONDS allow; says which."""
+    """A validation did more work than its budget allows; says which."""
 
 
-# [steps left, CPU deadline, steps left at the next look at the clock] of the validation running
+@dataclass
+class Budget:
+    """What the validations of one request may still spend together: a batch's events, a declaration's trials."""
+    steps: int = MAX_REQUEST_VALIDATION_STEPS
+    seconds: float = MAX_REQUEST_VALIDATION_SECONDS
+    words: str = "the budget of one request's events: send fewer events per batch"
+    deadline: float | None = None  # (the thread's CPU clock, from the first validation)
+
+
+# [steps left, CPU deadline, steps left at the next look at the clock, (words for steps, words for CPU)]
+# of the validation running
 _spent = contextvars.ContextVar("validation_spent")
 
 
@@ -263,11 +278,11 @@ def _counted(check, weighs=lambda value: 1):
         if budget is not None:
             left = budget[0] = budget[0] - weighs(value)
             if left < 0:
-                raise OverBudget(f"more than {MAX_VALIDATION_STEPS} schema checks")
+                raise OverBudget(budget[3][0])
             if left < budget[2]:
                 budget[2] = left - 16
                 if time.thread_time() > budget[1]:
-                    raise OverBudget(f"more than {MAX_VALIDATION_SECONDS * 1000:.0f} ms of CPU")
+                    raise OverBudget(budget[3][1])
         return check(validator, value, instance, schema)
     return counted
 
@@ -298,13 +313,24 @@ def _frozen(value):
     return value
 
 
-def _errors(validator, data):
-    """The best of data's errors (None when valid), within one validation's budget (OverBudget past it)."""
-    token = _spent.set([MAX_VALIDATION_STEPS, time.thread_time() + MAX_VALIDATION_SECONDS, MAX_VALIDATION_STEPS])
+def _errors(validator, data, shared: Budget):
+    """The best of data's errors (None when valid), within one event's budget and what is left of the request's
+    (OverBudget past either)."""
+    now = time.thread_time()
+    if shared.deadline is None:
+        shared.deadline = now + shared.seconds
+    own = (f"more than {MAX_VALIDATION_STEPS} schema checks, the budget of one event",
+           f"more than {MAX_VALIDATION_SECONDS * 1000:.0f} ms of CPU, the budget of one event")
+    steps, deadline = min(MAX_VALIDATION_STEPS, shared.steps), min(now + MAX_VALIDATION_SECONDS, shared.deadline)
+    words = (own[0] if steps == MAX_VALIDATION_STEPS else f"more schema checks than are left of {shared.words}",
+             own[1] if deadline == now + MAX_VALIDATION_SECONDS else f"more CPU than is left of {shared.words}")
+    budget = [steps, deadline, steps, words]
+    token = _spent.set(budget)
     try:
         return jsonschema.exceptions.best_match(validator.iter_errors(data))
     finally:
         _spent.reset(token)
+        shared.steps -= steps - max(budget[0], 0)
 
 
 @functools.lru_cache(maxsize=16)
@@ -399,13 +425,14 @@ def published(team: Team, event_type: str, version: int | None, declared) -> tup
     return version, declared
 
 
-def validate_data(declared: EventType | Row, data: dict) -> None:
+def validate_data(declared: EventType | Row, data: dict, budget: Budget | None = None) -> None:
+    """422 unless data fits the declaration's schema; `budget`: what the request's validations may still spend."""
     validator = Compiled.for_app(current_app).get(declared)
     try:
-        error = _errors(validator, data)
+        error = _errors(validator, data, Budget() if budget is None else budget)
     except OverBudget as over:
-        raise ApiError(422, f"checking data against the schema of {declared.name} v{declared.version} took {over}, "
-                            "the budget of one event; send smaller data, or declare a simpler version") from None
+        raise ApiError(422, f"checking data against the schema of {declared.name} v{declared.version} took {over}; "
+                            "send smaller data, or declare a simpler version") from None
     except RecursionError:  # declared before check_schema tried its schemas on sample data
         raise ApiError(422, f"the schema of {declared.name} v{declared.version} refers to itself without end; "
                             "declare a new version") from None
