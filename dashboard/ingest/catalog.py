@@ -34,16 +34,16 @@ MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 64  # JSON containers; a schema for thin events needs a handful
 # Subschemas a schema amounts to once every $ref is replaced by what it names: what validating one value
 # may walk. A chain of $refs that each name the next twice doubles it at each level.
-MAX_SCHEMA_EXPANSION = 2_000
+MAX_SCHEMA_EXPANSION = 1_000
 MAX_EXPANDED_DEPTH = 128  # JSON containers once $refs are followed
 # The work one event's validation may do (data that makes a schema walk much of itself many times is
 # refused, not validated at any cost): keyword checks, an enum's weighing its length / 8; and, as a
 # backstop for work no step counts, CPU seconds of the thread (a garbage collection counts too: generous).
-MAX_VALIDATION_STEPS = 10_000
+MAX_VALIDATION_STEPS = 5_000
 MAX_VALIDATION_SECONDS = 0.25
 # What one request may spend on all its events (a batch), and a declaration on trying its schema.
-MAX_REQUEST_VALIDATION_STEPS = 100_000
-MAX_REQUEST_VALIDATION_SECONDS = 1.0
+MAX_REQUEST_VALIDATION_STEPS = 50_000
+MAX_REQUEST_VALIDATION_SECONDS = 0.5
 # Instances a declared schema is tried on before it is accepted: one that recurses without end on
 # any of them would do so on every event of that type.
 _TRIAL_INSTANCES = ({}, [], "", 0, None)
@@ -270,7 +270,7 @@ _spent = contextvars.ContextVar("validation_spent")
 
 
 def _counted(check, weighs=lambda value: 1):
-    """The keyword check, first charging its weight in steps to the validation running (and every 16th step or
+    """The keyword check, first charging its weight in steps to the validation running (and every 64th step or
     so, looking at the thread's CPU clock): validation stops within a bounded amount of work, in this thread,
     without a timer."""
     def counted(validator, value, instance, schema):
@@ -280,9 +280,10 @@ def _counted(check, weighs=lambda value: 1):
             if left < 0:
                 raise OverBudget(budget[3][0])
             if left < budget[2]:
-                budget[2] = left - 16
+                budget[2] = left - 64
                 if time.thread_time() > budget[1]:
                     raise OverBudget(budget[3][1])
+                time.sleep(0)  # lets the other threads of this process in: a long validation queues no one
         return check(validator, value, instance, schema)
     return counted
 
