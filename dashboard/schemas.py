@@ -190,6 +190,16 @@ class SubscriptionsQuery(BaseModel):
                      Must("a subscription id (the next_after of the previous page)")] = None
 
 
+class EventTypesQuery(BaseModel):
+    """A page of the team's catalog, in the order it was declared."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    limit: Annotated[int, Field(ge=1, le=100), Must("a whole number from 1 to 100")] = 50
+    after: Annotated[str | None, Field(pattern=r"^[0-9]{1,9}$", description="the next_after of the previous page"),
+                     Must("the next_after of the previous page")] = None
+
+
 class IncidentsQuery(BaseModel):
     """A page of the team's incidents, newest first (ids are time-ordered)."""
 
@@ -332,6 +342,7 @@ class EventType(BaseModel):
 
 class EventTypeList(BaseModel):
     data: list[EventType]
+    next_after: str | None
 
 
 class QuotaUse(BaseModel):
@@ -351,6 +362,14 @@ class Quotas(BaseModel):
                                                     "ingest answers 429 with Retry-After")
     test_event_seconds: QuotaUse = Field(description="seconds between two test events to one subscription; "
                                                      "sooner, 429 with Retry-After")
+    event_types: QuotaUse = Field(description="event types (names) in the catalog; past it, declaring a new one "
+                                              "answers 409")
+    event_type_versions: QuotaUse = Field(description="versions of one event type (used: the most of any type); "
+                                                      "past it, 409")
+    catalog_bytes: QuotaUse = Field(description="schemas and descriptions as stored; past it, a declaration answers "
+                                                "413")
+    declarations_per_minute: QuotaUse = Field(description="event-type declarations a minute, refused ones too; past "
+                                                          "it, 429 with Retry-After")
 
 
 class Team(BaseModel):

@@ -169,7 +169,7 @@ def _routed_and_declared(caller, exact: bool, indexed: bool):
     version = bindparam("version") if exact else select(func.max(EventType.version)).where(
         EventType.team_id == caller.c.team_id, EventType.name == bindparam("name")).scalar_subquery()
     return select(caller.c.team_id, caller.c.strict, caller.c.expires_at.label("token_expires_at"),
-                  declared.c.name.label("declared_name"),
+                  declared.c.id.label("declared_id"), declared.c.name.label("declared_name"),
                   declared.c.version.label("declared_version"), declared.c.schema.label("declared_schema"),
                   *_ROUTING.selected_columns, *([GENERATION] if indexed else [])).select_from(
         caller.outerjoin(declared, and_(declared.c.team_id == caller.c.team_id, declared.c.name == bindparam("name"),
@@ -185,6 +185,7 @@ _ROUTED_AND_DECLARED = {(by_token, exact, indexed): _routed_and_declared(
 
 class Declared(NamedTuple):
     """An event type's declaration as catalog.resolve reads it."""
+    id: int
     name: str
     version: int
     schema: dict
@@ -229,7 +230,7 @@ def _routing_and_declaration(producer: Team | BearerToken, event_type: str, vers
         raise invalid_token()
     first = rows[0]
     declared = None if first.declared_version is None else \
-        Declared(first.declared_name, first.declared_version, first.declared_schema)
+        Declared(first.declared_id, first.declared_name, first.declared_version, first.declared_schema)
     answer = [row for row in rows if row.id is not None], declared, \
         Caller(first.team_id, first.strict, first.token_expires_at)
     lookup.keep(key, answer, first.routing_generation if indexed else None)
@@ -347,6 +348,7 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
     seen: dict[str, int] = {}  # an id repeated inside the batch is a duplicate of its first appearance
     # Every new event gets a key (unique across teams); one the producer did not name takes it as its id too.
     fresh_keys = iter(new_ids("evt", len(checked)))
+    budget = catalog.Budget()  # what validating this request's events may cost, together
     events, promised = [], []  # promised: (event key, subscription id, active), one per delivery
     for index, (event_type, data, event_id, version, data_json, occurred_at) in enumerate(checked):
         if event_id in seen:
@@ -370,7 +372,7 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
         version, declared, targets = plan
         if declared is not None:
             try:
-                catalog.validate_data(declared, data)
+                catalog.validate_data(declared, data, budget)
             except ApiError as exc:
                 raise at(index, exc) from None
         key = next(fresh_keys)

@@ -8,6 +8,10 @@
 | `queued_deliveries`     | 100,000   | ingest: owed deliveries (pending, scheduled, held, dead) past it → 429;   |
 |                         |           | the default keeps a team's Redis use in its budget (docs/operating.md)    |
 | `test_event_seconds`    | 5         | at most one test event per subscription this often; sooner → 429         |
+| `event_types`           | 200       | declaring a new type past it answers 409                                  |
+| `event_type_versions`   | 50        | declaring a version of a type past it answers 409                         |
+| `catalog_bytes`         | 2,000,000 | schemas and descriptions as stored; a declaration past it answers 413     |
+| `declarations_per_minute` | 60      | event-type declarations per team per minute (in Redis); past it 429       |
 
 Admins override any of them per team (`promesa teams quota`, the /quotas page); overrides live in
 team_quotas (the database is the truth) and are copied into the team's Redis hash, where ingest's one
@@ -33,12 +37,12 @@ from dataclasses import dataclass
 
 import redis
 from flask import current_app
-from sqlalchemy import func, select, update
+from sqlalchemy import Text, cast, func, select, update
 
 from dashboard import audit
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
-from dashboard.models import AuditEntry, Delivery, DeliveryState, Subscription, Team, TeamQuota
+from dashboard.models import AuditEntry, Delivery, DeliveryState, EventType, Subscription, Team, TeamQuota
 from dashboard.queue.work import client_options, connect
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,10 @@ QUOTAS = {q.name: q for q in (
     Quota("queued_deliveries", 100_000, 0, 1_000_000_000, "deliveries owed (pending, scheduled, held or dead) "
                                                               "past which ingest refuses events"),
     Quota("test_event_seconds", 5, 0, 86_400, "seconds between two test events to one subscription"),
+    Quota("event_types", 200, 0, 100_000, "event types (names) in the team's catalog"),
+    Quota("event_type_versions", 50, 1, 10_000, "versions of one event type in the catalog"),
+    Quota("catalog_bytes", 2_000_000, 0, 1_000_000_000, "bytes of the catalog: schemas and descriptions as stored"),
+    Quota("declarations_per_minute", 60, 0, 100_000, "event-type declarations a minute (refused ones count too)"),
 )}
 # Seconds a producer is told to wait when the owed deliveries are past the ceiling (they drain, or the next
 # sweep counts them again).
@@ -120,6 +128,7 @@ def describe(team: Team, owed: dict[int, int] | None = None) -> dict:
     own = overrides(team.id)
     owed = owed_by_team(team.id) if owed is None else owed
     used = {"subscriptions": subscriptions_used(team.id), "queued_deliveries": owed.get(team.id, 0)}
+    used |= catalog_used(team.id)
     return {name: {"limit": own.get(name, q.default), "default": q.default, "overridden": name in own,
                    "used": used.get(name), "description": q.words} for name, q in QUOTAS.items()}
 
@@ -183,6 +192,57 @@ def check_test_event(sub: Subscription) -> None:
     if waited < interval:
         raise QuotaExceeded("test_event_seconds", interval, interval - waited,
                             f"one test event per subscription every {interval} s (the test_event_seconds quota)")
+
+
+# -- the event-type catalog (declarations are rare: plain database reads, and a counter in Redis) -------
+def catalog_used(team_id: int, name: str | None = None) -> dict[str, int]:
+    """The team's event types, the versions of its type with the most (or of `name`), and its stored bytes."""
+    of_team = EventType.team_id == team_id
+    types, stored = db.session.execute(select(func.count(func.distinct(EventType.name)), func.coalesce(func.sum(
+        func.length(cast(EventType.schema, Text)) + func.length(EventType.description)), 0)).where(of_team)).one()
+    per_type = select(func.count().label("n")).where(of_team, *([EventType.name == name] if name else [])) \
+        .group_by(EventType.name).subquery()
+    versions = db.session.scalar(select(func.coalesce(func.max(per_type.c.n), 0)))
+    return {"event_types": types, "event_type_versions": versions, "catalog_bytes": int(stored)}
+
+
+def check_catalog_room(team: Team, name: str, size: int) -> None:
+    """Room in the team's catalog for a declaration of `name` storing `size` bytes: 409 past a count (as for
+    subscriptions), 413 past the bytes. The team's row is locked first, so two declarations cannot both take
+    the last room."""
+    db.session.execute(select(Team.id).where(Team.id == team.id).with_for_update())
+    used, allowed = catalog_used(team.id, name), limits(team.id)
+    if used["event_type_versions"] == 0 and used["event_types"] >= allowed["event_types"]:
+        raise QuotaExceeded("event_types", allowed["event_types"], None, f"team {team.name} has its "
+                            f"{allowed['event_types']} event types (the event_types quota); ask an admin to raise it",
+                            status=409)
+    if used["event_type_versions"] >= allowed["event_type_versions"]:
+        raise QuotaExceeded("event_type_versions", allowed["event_type_versions"], None, f"{name} has its "
+                            f"{allowed['event_type_versions']} versions (the event_type_versions quota); ask an "
+                            "admin to raise it", status=409)
+    if used["catalog_bytes"] + size > allowed["catalog_bytes"]:
+        raise QuotaExceeded("catalog_bytes", allowed["catalog_bytes"], None, f"this declaration stores {size} bytes "
+                            f"and the catalog holds {used['catalog_bytes']}: {used['catalog_bytes'] + size - allowed['catalog_bytes']} "
+                            f"past the catalog_bytes quota of {allowed['catalog_bytes']}", status=413)
+
+
+def check_declaration_rate(team: Team) -> None:
+    """At most declarations_per_minute declarations per team in each minute of the clock, counted in Redis (every
+    web process shares the count); let through when Redis is away."""
+    allowed = limit(team.id, "declarations_per_minute")
+    app = current_app._get_current_object()
+    now = app.config["CLOCK"].now().replace(tzinfo=dt.timezone.utc).timestamp()
+    minute = int(now // 60)
+    key = f"{team_key(app, team.id)}:declarations:{minute}"
+    try:
+        pipe = connect(app).pipeline(transaction=True)
+        counted = pipe.incr(key).expire(key, 120).execute()[0]
+    except redis.RedisError as error:
+        log.warning("quotas: Redis unavailable (%s); declarations go on unthrottled", type(error).__name__)
+        return
+    if counted > allowed:
+        raise QuotaExceeded("declarations_per_minute", allowed, (minute + 1) * 60 - now, f"past the "
+                            f"declarations_per_minute quota of {allowed} event-type declarations a minute")
 
 
 # -- ingest's bucket, in Redis ---------------------------------------------------------------------

@@ -192,17 +192,21 @@ def list_deliveries(subscription_id, query: schemas.DeliveriesQuery):
 
 
 @bp.post("/event-types")
-@operation("Declare an event type version with a JSON Schema for its data", body=schemas.EventTypeInput,
-           responses={201: schemas.EventType}, errors=(409, 422))
+@operation("Declare an event type version with a JSON Schema for its data. The schema is bounded (size, depth, "
+           "$ref expansion: 413 or 422 naming the limit), and so is the catalog (quotas: event_types, "
+           "event_type_versions, catalog_bytes, declarations_per_minute)", body=schemas.EventTypeInput,
+           responses={201: schemas.EventType}, errors=(409, 413, 422, 429))
 def declare_event_type(body: schemas.EventTypeInput):
     refuse_reserved(body.name, "name")
     return jsonify(shapes.event_type(catalog.declare(g.team, body))), 201
 
 
 @bp.get("/event-types")
-@operation("The team's event-type catalog", responses={200: schemas.EventTypeList})
-def list_event_types():
-    return jsonify(data=[shapes.event_type(t) for t in catalog.team_event_types(g.team)])
+@operation("The team's event-type catalog, a page at a time, in the order it was declared",
+           query=schemas.EventTypesQuery, responses={200: schemas.EventTypeList})
+def list_event_types(query: schemas.EventTypesQuery):
+    page, next_after = catalog.team_event_types_page(g.team, query.limit, query.after)
+    return jsonify(data=[shapes.event_type(t) for t in page], next_after=next_after)
 
 
 @bp.get("/team")

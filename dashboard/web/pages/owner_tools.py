@@ -151,7 +151,7 @@ def edit_subscription(sub):
 def catalog_picker(team, chosen: list[str]) -> dict:
     """The event type picker: the team's catalog (and Promesa's own notification types) as boxes to tick,
     ticked where chosen; whatever else was chosen (patterns such as file.*) goes in the text box."""
-    names = sorted({t.name for t in catalog.team_event_types(team)}) if team is not None else []
+    names = catalog.team_event_type_names(team) if team is not None else []
     offered = ["*", *names, *notifications.TEAM_EVENT_TYPES]
     return {"catalog": names, "own": list(notifications.TEAM_EVENT_TYPES), "chosen": set(chosen),
             "patterns": ", ".join(name for name in chosen if name not in offered)}
