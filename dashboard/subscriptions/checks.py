@@ -280,7 +280,7 @@ class Sender:
             self.runner.close()
 
     def out_of_time(self) -> Stopped:
-        return Stopped(f"the check's {self.seconds:.0f} s ran out (the endpoint answers too slowly for all of it)")
+        return Stopped(f"the check's {self.seconds:g} s ran out (the endpoint answers too slowly for all of it)")
 
     def may_go_on(self) -> float:
         """The seconds left, or `Stopped`: the worker is stopping, the time is spent, or the check was ended
