@@ -149,3 +149,14 @@ def test_check_jobs_go_to_the_checks_lane(app, producer, receiver):
     sub = producer.subscribe(receiver.url + "/ok")
     check_id = producer.post(f"/api/v1/subscriptions/{sub['id']}/checks").get_json()["id"]
     assert lanes.queue("checks", app).job_ids == [f"check-{check_id}"]
+
+
+@sqlite_only
+def test_the_page_refuses_a_second_check_of_the_team_with_429(app, client, auth, producer, receiver, users):
+    first, second = producer.subscribe(receiver.url + "/ok"), producer.subscribe(receiver.url + "/ok")
+    auth.login("owner")
+    started = client.post(f"/subscriptions/{first['id']}/checks", data={"csrf_token": auth.csrf()})
+    assert started.status_code == 302
+    refused = client.post(f"/subscriptions/{second['id']}/checks", data={"csrf_token": auth.csrf()})
+    assert refused.status_code == 429 and 0 < int(refused.headers["Retry-After"]) <= 60
+    assert "at most one a minute per team" in refused.get_data(as_text=True)
