@@ -22,7 +22,6 @@ import datetime as dt
 import logging
 import time
 from typing import Self
-
 from urllib.parse import urlsplit
 
 import redis
@@ -290,12 +289,12 @@ class Sender:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise self.out_of_time()
-        row = db.session.execute(
-            select(Check.state, Subscription.deleted_at, Subscription.state)
+        now = db.session.execute(
+            select(Check.state.label("check"), Subscription.deleted_at, Subscription.state.label("subscription"))
             .join(Subscription, Subscription.id == Check.subscription_id).where(Check.id == self.check_id)).one()
         db.session.commit()  # no transaction held open while the receiver answers
-        gone = _gone(row[1], row[2])
-        if gone or row[0] != CheckState.RUNNING:
+        gone = _gone(now.deleted_at, now.subscription)
+        if gone or now.check != CheckState.RUNNING:
             raise Stopped(gone or "it was ended meanwhile")
         return left
 

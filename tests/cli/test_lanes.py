@@ -76,3 +76,11 @@ def test_status_says_when_a_lane_has_no_worker(app):
     assert ("lane checks   NO WORKER: receiver checks wait (0 queued) until `promesa worker --lane checks` runs"
             in result.output.splitlines())
     assert "lane repairs  NO WORKER: replays and discards wait" in result.output
+
+
+@on_sqlite
+def test_readyz_in_detail_lists_each_lanes_workers(app, client):
+    body = client.get("/readyz?verbose=1").get_json()  # the test client is a loopback client
+    assert body["lanes"] == [
+        {"name": "checks", "runs": "receiver checks", "workers": 0, "queued": 0},
+        {"name": "repairs", "runs": "replays and discards", "workers": 0, "queued": 0}]
