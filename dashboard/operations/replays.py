@@ -236,6 +236,9 @@ def _enqueue(replay_id: str) -> None:
 def _claim(replay_id: str, now: dt.datetime) -> bool:
     """Queued to running, unless another job of its team is running (and not lost): one per team at a time."""
     team_id = db.session.scalar(select(Replay.team_id).where(Replay.id == replay_id))
+    of_team = Replay.team_id.is_not_distinct_from(team_id)
+    # Two workers claiming jobs of one team wait for each other here (PostgreSQL): the second sees the first run.
+    db.session.execute(select(Replay.id).where(of_team, Replay.state.in_(ReplayState.ACTIVE)).with_for_update())
     other = aliased(Replay)
     busy = select(other.id).where(other.team_id.is_not_distinct_from(team_id), other.id != replay_id,
                                   other.state == ReplayState.RUNNING,
