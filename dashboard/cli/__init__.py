@@ -25,6 +25,7 @@ from dashboard.core import config as config_module
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import ApiToken, Team, User
+from dashboard.queue.lanes import LANES
 from dashboard.web.server import freeze_heap
 
 
@@ -185,8 +186,11 @@ def tokens_revoke(prefix_or_token):
 
 @cli.command()
 @click.option("--burst", is_flag=True, help="deliver what is queued, then exit (non-zero if a drain failed)")
-def worker(burst):
-    """An RQ worker that delivers (run as many as you like, on any machine)."""
+@click.option("--lane", type=click.Choice(sorted(LANES)), default=None,
+              help="run this lane's jobs (receiver checks; replays and discards) instead of deliveries")
+def worker(burst, lane):
+    """An RQ worker that delivers (run as many as you like, on any machine); with --lane, one that runs
+    that lane's jobs and never a delivery."""
     from dashboard.core.outages import database_outage, redis_outage
     from dashboard.delivery.worker import run
     from dashboard.operations.sweeper import promote_forever
@@ -197,10 +201,12 @@ def worker(burst):
     work = WorkQueue.for_app(app)
     stop = threading.Event()
     if not burst:
-        threading.Thread(target=promote_forever, args=(app, stop), daemon=True, name="promoter").start()
+        if lane is None:  # due retries are the delivery workers' to promote
+            threading.Thread(target=promote_forever, args=(app, stop), daemon=True, name="promoter").start()
         heartbeat.start(work.conn, app.config["PROMESA_REDIS_PREFIX"], "worker", stop, lambda: {
+            "lane": lane or "deliveries",
             "database": "away" if database_outage.away else "ok", "redis": "away" if redis_outage.away else "ok"})
-    else:
+    elif lane is None:
         from dashboard.core.clock import unix
         from dashboard.core.outages import REDIS_AWAY
 
@@ -210,7 +216,7 @@ def worker(burst):
 
     freeze_heap()
     # SimpleWorker: one drain job carries many deliveries, so forking per job buys nothing but latency.
-    status = run(work, burst)
+    status = run(work, burst, lane)
     stop.set()
     sys.exit(status)
 
@@ -260,7 +266,8 @@ def web(host, port, workers, access_log):
 
 @cli.command()
 def status():
-    """Is this installation ready (database, Redis, migrations), and which workers and sweepers beat lately."""
+    """Is this installation ready (database, Redis, migrations), which workers and sweepers beat lately, and
+    whether each lane has a worker."""
     import time
 
     from dashboard.core.outages import REDIS_AWAY
@@ -272,15 +279,21 @@ def status():
         click.echo(f"{name:<11} {outcome}")
     if result["checks"]["redis"] == "ok":
         try:
-            processes = health.live_processes(app)
+            processes, lanes = health.live_processes(app), health.lanes(app)
         except REDIS_AWAY:
-            processes = {}
+            processes, lanes = {}, []
         now = time.time()
         for kind, beats in processes.items():
             click.echo(f"{kind:<11} {len(beats)} live")
             for beat in beats:
-                extra = "".join(f"  {k} {v}" for k, v in beat.items() if k in ("database", "redis"))
+                extra = "".join(f"  {k} {v}" for k, v in beat.items() if k in ("lane", "database", "redis"))
                 click.echo(f"  {beat['name']:<30} last beat {now - beat['at']:.0f} s ago{extra}")
+        for lane in lanes:
+            if lane["workers"]:
+                click.echo(f"lane {lane['name']:<8} {lane['workers']} workers, {lane['queued']} queued")
+            else:  # a deployment that runs only `promesa worker` never runs these
+                click.echo(f"lane {lane['name']:<8} NO WORKER: {lane['runs']} wait ({lane['queued']} queued) "
+                           f"until `promesa worker --lane {lane['name']}` runs")
     if result["missing"]:
         raise click.ClickException(f"not ready: {', '.join(result['missing'])}")
     click.echo("ready")
@@ -307,7 +320,8 @@ def keys_generate():
 @click.option("--port", default=5000, show_default=True)
 @click.option("--workers", "worker_count", default=2, show_default=True, help="delivery worker processes")
 def up(host, port, worker_count):
-    """Everything on one machine: migrate, Redis (embedded unless REDIS_URL), web, workers, sweeper."""
+    """Everything on one machine: migrate, Redis (embedded unless REDIS_URL), web, delivery workers, a worker
+    for each lane (receiver checks; replays and discards), sweeper."""
     import flask_migrate
 
     from dashboard.cli.supervisor import Supervisor
@@ -326,6 +340,7 @@ def up(host, port, worker_count):
     promesa = [sys.executable, "-m", "dashboard.cli"]
     commands = {"web": promesa + ["web", "--host", host, "--port", str(port)]}
     commands.update({f"worker {n}": promesa + ["worker"] for n in range(1, worker_count + 1)})
+    commands.update({f"worker {lane}": promesa + ["worker", "--lane", lane] for lane in LANES})
     commands["sweeper"] = promesa + ["sweep"]
     children = Supervisor(commands, env)
     children.start()

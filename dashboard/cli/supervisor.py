@@ -1,4 +1,4 @@
-"""`promesa up`'s children (web, workers, sweeper): each is restarted when it dies, after a backoff
+"""`promesa up`'s children (web, delivery workers, a worker per lane, sweeper): each is restarted when it dies, after a backoff
 that grows while it keeps dying, so one child's crash never stops the others (the web above all)."""
 
 from __future__ import annotations

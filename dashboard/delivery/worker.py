@@ -1,4 +1,5 @@
 """`promesa worker`: RQ's SimpleWorker, made to outlive Redis outages and to report failed jobs.
+`promesa worker --lane <name>` runs the same worker on a lane's queue (dashboard.queue.lanes) instead.
 
 RQ's own loop retries a failed dequeue, but any other Redis error (a heartbeat, recording a job's
 result, registering the worker) ends in "found an unhandled exception, quitting" and the process
@@ -20,6 +21,7 @@ from rq.exceptions import StopRequested
 
 from dashboard.core.outages import REDIS_AWAY, redis_outage
 from dashboard.delivery import jobs
+from dashboard.queue import lanes
 from dashboard.queue.work import WorkQueue, separate_client
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class DeliveryWorker(SimpleWorker):
 
     def handle_warm_shutdown_request(self):
         jobs.stop_draining()  # a running drain ends now, recording what is in flight and handing back the rest
+        lanes.stopping.set()  # a running check ends before its next request
         super().handle_warm_shutdown_request()
 
     def request_stop(self, signum, frame):
@@ -108,14 +111,17 @@ class DeliveryWorker(SimpleWorker):
             pass  # registering the worker's death; its registration expires by itself
 
 
-def run(work: WorkQueue, burst: bool) -> int:
-    """Deliver until stopped (or, with `burst`, until the queue is empty), riding out Redis outages.
-    Returns the exit status: 1 if a job failed."""
+def run(work: WorkQueue, burst: bool, lane: str | None = None) -> int:
+    """Deliver until stopped (or, with `burst`, until the queue is empty), riding out Redis outages;
+    with `lane`, run that lane's jobs instead (never a delivery). Returns the exit status: 1 if a job failed."""
     stop = threading.Event()
+    lanes.stopping.clear()
+    queue_name = lanes.queue_name(work.rq.name, lane) if lane else work.rq.name
 
     def request_stop(signum, frame):
         stop.set()
         jobs.stop_draining()
+        lanes.stopping.set()
 
     failed = 0
     rq_conn = separate_client(work.conn)  # RQ's waits are long; the drain's calls keep the short timeout
@@ -124,7 +130,7 @@ def run(work: WorkQueue, burst: bool) -> int:
             # RQ installs its own handlers while its loop runs; ours cover the waits in between.
             signal.signal(signal.SIGTERM, request_stop)
             signal.signal(signal.SIGINT, request_stop)
-            worker = DeliveryWorker([work.rq.name], connection=rq_conn, queue_class=_Queue)
+            worker = DeliveryWorker([queue_name], connection=rq_conn, queue_class=_Queue)
             worker.stop_event = stop
             try:
                 worker.work(burst=burst, logging_level="INFO")

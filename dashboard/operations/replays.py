@@ -1,11 +1,13 @@
 """Dead letters across subscriptions, and bulk replay (or discard) as a job with progress.
 
 A replay is a row (`models.Replay`): who asked, the filter, how many matched, how far it got.
-`start()` stores it and, after the commit, enqueues `run(replay_id)` on the workers' RQ queue; the
-job re-queues the matching dead letters in chunks with `subscriptions.restart` (the same code as a
-one-subscription replay), stamping each with the replay's id so its outcomes can be counted live.
+`start()` stores it and, after the commit, enqueues `run(replay_id)` on the repairs lane
+(dashboard.queue.lanes), never on the delivery workers' queue; the job re-queues the matching dead
+letters in chunks with `subscriptions.restart` (the same code as a one-subscription replay),
+stamping each with the replay's id so its outcomes can be counted live.
 A second `start()` with the same filter while one is queued or running returns that one.
 A discard is the same job (a row of kind "discard"): its chunks end the dead letters `discarded`.
+One job of a team runs at a time: another of the team stays queued, and the one that ends starts it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import redis
 from flask import current_app
 from sqlalchemy import func, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import joinedload, selectinload
+from sqlalchemy.orm import aliased, joinedload, selectinload
 
 from dashboard import audit
 from dashboard.core.clock import iso
@@ -37,8 +39,8 @@ from dashboard.models import (
     Subscription,
 )
 from dashboard.operations import notifications
+from dashboard.queue import lanes
 from dashboard.schemas import MAX_SELECTED_DEAD_LETTERS
-from dashboard.queue.work import WorkQueue
 from dashboard.subscriptions import service as subscription_service
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ _TYPE_NAME = re.compile(TYPE_PATTERN)
 _STATUS_CODE = re.compile(r"^[1-5]\d\d$")
 _STATUS_CLASS = re.compile(r"^([1-5])xx$")
 MAX_SELECTED = MAX_SELECTED_DEAD_LETTERS
+# RQ ends a replay's job after this; a job running longer (its worker lost) no longer holds up its team's next.
+JOB_TIMEOUT_SECONDS = 6 * 3600
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,12 +221,46 @@ def start(dead: DeadLetterFilter, kind: str = ReplayKind.REPLAY) -> tuple[Replay
     db.session.commit()
     if total:  # after the commit: the job must find its row
         try:
-            WorkQueue.for_app().rq.enqueue("dashboard.operations.replays.run", replay.id, job_id=f"replay-{replay.id}",
-                                           job_timeout=6 * 3600, result_ttl=86400, failure_ttl=7 * 86400)
+            _enqueue(replay.id)
         except (redis.RedisError, OSError) as exc:  # say so on the replay's page; never leave it queued forever
             log.warning("could not enqueue replay %s", replay.id, exc_info=True)
             _end(replay.id, ReplayState.FAILED, error=f"could not reach the workers' queue: {exc}"[:500])
     return replay, True
+
+
+def _enqueue(replay_id: str) -> None:
+    lanes.enqueue("repairs", "dashboard.operations.replays.run", replay_id, job_id=f"replay-{replay_id}",
+                  job_timeout=JOB_TIMEOUT_SECONDS, result_ttl=86400, failure_ttl=7 * 86400)
+
+
+def _claim(replay_id: str, now: dt.datetime) -> bool:
+    """Queued to running, unless another job of its team is running (and not lost): one per team at a time."""
+    team_id = db.session.scalar(select(Replay.team_id).where(Replay.id == replay_id))
+    of_team = Replay.team_id.is_not_distinct_from(team_id)
+    # Two workers claiming jobs of one team wait for each other here (PostgreSQL): the second sees the first run.
+    db.session.execute(select(Replay.id).where(of_team, Replay.state.in_(ReplayState.ACTIVE)).with_for_update())
+    other = aliased(Replay)
+    busy = select(other.id).where(other.team_id.is_not_distinct_from(team_id), other.id != replay_id,
+                                  other.state == ReplayState.RUNNING,
+                                  other.started_at > now - dt.timedelta(seconds=JOB_TIMEOUT_SECONDS)).exists()
+    claimed = db.session.execute(
+        update(Replay).where(Replay.id == replay_id, Replay.state == ReplayState.QUEUED, ~busy)
+        .values(state=ReplayState.RUNNING, started_at=now)).rowcount
+    db.session.commit()
+    return bool(claimed)
+
+
+def _start_next(team_id: int | None) -> None:
+    """A job of this team ended: start its oldest queued one (which waited for it), if any."""
+    waiting = db.session.scalar(select(Replay.id).where(Replay.team_id.is_not_distinct_from(team_id),
+                                                        Replay.state == ReplayState.QUEUED)
+                                .order_by(Replay.created_at, Replay.id).limit(1))
+    if waiting is None:
+        return
+    try:
+        _enqueue(waiting)
+    except (redis.RedisError, OSError):  # it stays queued; the team's next job to end starts it
+        log.warning("could not enqueue replay %s", waiting, exc_info=True)
 
 
 def run(replay_id: str) -> dict:
@@ -231,12 +269,8 @@ def run(replay_id: str) -> dict:
     clock = current_app.config["CLOCK"]
     chunk = current_app.config["PROMESA_REPLAY_CHUNK"]
     try:
-        claimed = db.session.execute(
-            update(Replay).where(Replay.id == replay_id, Replay.state == ReplayState.QUEUED)
-            .values(state=ReplayState.RUNNING, started_at=clock.now())).rowcount
-        db.session.commit()
-        if not claimed:  # cancelled before it started, or another worker has it
-            return {"replay": replay_id, "ran": False}
+        if not _claim(replay_id, clock.now()):  # cancelled before it started, another worker has it, or it
+            return {"replay": replay_id, "ran": False}  # waits for its team's running one, which starts it
         replay = db.session.get(Replay, replay_id)
         # Only what was dead when it was asked for, and never the same delivery twice.
         where = DeadLetterFilter.from_json(replay.filter).where() + [
@@ -261,6 +295,8 @@ def run(replay_id: str) -> dict:
                 return {"replay": replay_id, "ran": True, "cancelled": True}
             db.session.commit()
             subscription_service.enqueue_restarted(restarted)
+            if lanes.stopping.is_set():  # its worker stops: queued again, the next worker goes on from here
+                return {"replay": replay_id, "ran": True, "requeued": _requeue(replay_id)}
         return {"replay": replay_id, "ran": True, "state": _end(replay_id, ReplayState.FINISHED)}
     except Exception as exc:
         db.session.rollback()
@@ -270,18 +306,32 @@ def run(replay_id: str) -> dict:
         db.session.remove()
 
 
+def _requeue(replay_id: str) -> bool:
+    """Running back to queued, and its job enqueued again (what it did stays done: it skips its own)."""
+    requeued = db.session.execute(update(Replay).where(Replay.id == replay_id, Replay.state == ReplayState.RUNNING)
+                                  .values(state=ReplayState.QUEUED)).rowcount
+    db.session.commit()
+    if requeued:
+        _enqueue(replay_id)
+    return bool(requeued)
+
+
 def _end(replay_id: str, state: str, error: str | None = None) -> str | None:
-    """Move a queued or running replay to its end state, once, and tell on_finished."""
+    """Move a queued or running replay to its end state, once, tell on_finished, and start the team's next."""
     outcome = outcomes(replay_id)
     ended = db.session.execute(
         update(Replay).where(Replay.id == replay_id, Replay.state.in_(ReplayState.ACTIVE))
         .values(state=state, finished_at=current_app.config["CLOCK"].now(), error=error,
                 succeeded=outcome["succeeded"], failed=outcome["failed"])).rowcount
+    team_id = None
     if ended:
         replay = db.session.get(Replay, replay_id)
         db.session.refresh(replay)
         on_finished(replay)
+        team_id = replay.team_id
     db.session.commit()
+    if ended:
+        _start_next(team_id)
     return state if ended else None
 
 

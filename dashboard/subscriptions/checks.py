@@ -2,9 +2,13 @@
 `promesa_receiver.check` (the one definition of the rules, shared with the SDK's command) and
 stores what each rule found.
 
-`start()` stores a running `Check` (refused with 429 if one started in the last minute, 409 while
-one runs), audits it, and after the commit enqueues `run(check_id, contract_url)` on the workers' RQ
-queue. The job sends through `send_for(sub)`: the delivery client's rules (no redirect followed,
+`start()` stores a running `Check` (refused with 429 if one of the same team started in the last
+minute, whatever its subscription, 409 while one of the team runs), audits it, and after the commit
+enqueues `run(check_id, contract_url)` on the checks lane (dashboard.queue.lanes), never on the
+delivery workers' queue. The job has DEADLINE_SECONDS in all and stops before its next request once
+they are spent, once its subscription is deleted or disabled (`stop_running` ends it at once), or
+once its worker is asked to stop; what was answered until then is judged and kept, with the reason.
+It sends through `Sender`: the delivery client's rules (no redirect followed,
 private targets refused unless PROMESA_ALLOW_PRIVATE_TARGETS, the subscription's timeouts and rate
 limit), signed with every secret that signs the subscription's deliveries now, and each request
 carries X-Promesa-Check. Nothing is written as a Delivery or an Attempt: check requests never
@@ -18,6 +22,7 @@ import datetime as dt
 import logging
 import time
 from typing import Self
+from urllib.parse import urlsplit
 
 import redis
 from flask import current_app
@@ -33,17 +38,23 @@ from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.delivery import http
 from dashboard.delivery.ratelimit import MAX_WAIT_SECONDS, RateLimiter
-from dashboard.models import Check, CheckState, Subscription, previous_signs
+from dashboard.models import Check, CheckState, Subscription, SubscriptionState, Team, previous_signs
+from dashboard.queue import lanes
 from dashboard.queue.work import WorkQueue
 
 log = logging.getLogger(__name__)
 
-# A check may start at most once a minute per subscription: a receiver's monitoring may page on forged requests.
+# A check may start at most once a minute per team, whichever subscription (deleted ones too): a receiver's
+# monitoring may page on forged requests, and creating and deleting subscriptions must not multiply that.
 MIN_INTERVAL_SECONDS = 60
-# Five requests of at most 10 s each, and the rate limit's turns between them: a check still running after
-# this was lost (its worker died), and no longer blocks the next one.
+# A check's whole time in its lane (PROMESA_CHECK_DEADLINE_SECONDS overrides it): a receiver that answers
+# within the fast_answer rule's FAST_SECONDS gets all five requests within it.
+DEADLINE_SECONDS = 30.0
+# RQ ends a job this much past the check's own deadline (a request in flight, the final write).
+JOB_TIMEOUT_SECONDS = int(DEADLINE_SECONDS) + 60
+# A check still running after this was lost (its worker died while it waited or ran), and no longer
+# blocks its team's next one.
 STALE_SECONDS = 15 * 60
-JOB_TIMEOUT_SECONDS = STALE_SECONDS
 
 
 class TooSoon(ApiError):
@@ -73,23 +84,50 @@ def latest_failed(subscription_ids: list[str]) -> set[str]:
     return {subscription_id for subscription_id, results in rows if rules.failed(results or [])}
 
 
-def start(sub: Subscription, contract_url: str | None = None) -> Check:
-    """Store a running check of `sub` and enqueue its job. 409 for a deleted subscription or while a
-    check runs; 429 if one started less than a minute ago."""
+def contract_url(sub: Subscription) -> str:
+    """The subscription's contract page, linked from the check's advice: at PROMESA_BASE_URL, never at the
+    request's Host (a client chooses that one, and the link would send a receiver's developer there)."""
+    base = urlsplit(current_app.config["PROMESA_BASE_URL"])
+    adapter = current_app.url_map.bind(base.netloc, script_name=base.path or "/", url_scheme=base.scheme or "https")
+    return adapter.build("pages.contract", {"subscription_id": sub.id}, force_external=True)
+
+
+def latest_of_team(team_id: int) -> Check | None:
+    return db.session.scalar(select(Check).join(Subscription, Subscription.id == Check.subscription_id)
+                             .where(Subscription.team_id == team_id)
+                             .order_by(Check.started_at.desc(), Check.id.desc()).limit(1))
+
+
+def refuse_if_busy(team_id: int) -> None:
+    """429 if a check of this team started less than a minute ago, 409 while one of the team runs (one
+    lost longer than STALE_SECONDS ends abandoned). Creating a subscription with "check": true asks first,
+    so that a refusal stores nothing."""
+    now = current_app.config["CLOCK"].now()
+    last = latest_of_team(team_id)
+    if last is None:
+        return
+    since = (now - last.started_at).total_seconds()
+    if since < MIN_INTERVAL_SECONDS:
+        wait = max(1, int(MIN_INTERVAL_SECONDS - since + 0.999))
+        raise TooSoon(f"a check of this team started {int(since)} s ago: at most one a minute per team, "
+                      f"whichever subscription (try again in {wait} s)", wait)
+    if last.state == CheckState.RUNNING:
+        if since < STALE_SECONDS:
+            raise ApiError(409, f"check {last.id} of this team is still running: one at a time per team")
+        _finish(last.id, None, error="abandoned: its job did not finish in time")
+
+
+def start(sub: Subscription) -> Check:
+    """Store a running check of `sub` and enqueue its job on the checks lane. 409 for a deleted or disabled
+    subscription or while a check of its team runs; 429 if one of its team started less than a minute ago."""
     if sub.deleted_at is not None:
         raise ApiError(409, "this subscription is deleted: its history stays readable, nothing else changes")
+    if sub.state == SubscriptionState.DISABLED:
+        raise ApiError(409, "this subscription is disabled: enable it (or pause it) to check its receiver")
+    # Concurrent starts of one team wait for each other here (PostgreSQL), so the team's limit holds.
+    db.session.execute(select(Team.id).where(Team.id == sub.team_id).with_for_update())
+    refuse_if_busy(sub.team_id)
     now = current_app.config["CLOCK"].now()
-    last = latest(sub.id)
-    if last is not None:
-        since = (now - last.started_at).total_seconds()
-        if since < MIN_INTERVAL_SECONDS:
-            wait = max(1, int(MIN_INTERVAL_SECONDS - since + 0.999))
-            raise TooSoon(f"a check of this subscription started {int(since)} s ago: at most one a minute "
-                          f"(try again in {wait} s)", wait)
-        if last.state == CheckState.RUNNING:
-            if since < STALE_SECONDS:
-                raise ApiError(409, f"check {last.id} of this subscription is still running: one at a time")
-            _finish(last.id, None, error="abandoned: its job did not finish in time")
     kind, name = audit.current_actor()
     check = Check(id=rules.new_check_id(), subscription_id=sub.id, state=CheckState.RUNNING, started_at=now,
                   requested_by=name)
@@ -100,11 +138,12 @@ def start(sub: Subscription, contract_url: str | None = None) -> Check:
         db.session.rollback()
         raise ApiError(409, "a check of this subscription is already running: one at a time") from None
     audit.record("check.started", subscription=sub, target=f"check:{check.id}", actor=(kind, name))
+    link = contract_url(sub)
     db.session.commit()
     try:  # after the commit: the job must find its row
-        WorkQueue.for_app().rq.enqueue("dashboard.subscriptions.checks.run", check.id, contract_url,
-                                       job_id=f"check-{check.id}", job_timeout=JOB_TIMEOUT_SECONDS,
-                                       result_ttl=3600, failure_ttl=7 * 86400)
+        lanes.enqueue("checks", "dashboard.subscriptions.checks.run", check.id, link,
+                      job_id=f"check-{check.id}", job_timeout=JOB_TIMEOUT_SECONDS,
+                      result_ttl=3600, failure_ttl=7 * 86400)
     except (redis.RedisError, OSError) as exc:  # finished, and saying why: never running forever
         log.warning("could not enqueue check %s", check.id, exc_info=True)
         _finish(check.id, None, error=f"could not reach the workers' queue: {exc}"[:500])
@@ -112,32 +151,66 @@ def start(sub: Subscription, contract_url: str | None = None) -> Check:
     return check
 
 
+def stop_running(sub: Subscription, why: str) -> None:
+    """End the subscription's running check, if any (the caller commits): its job sends nothing more, and a
+    queued one never starts. Called when the subscription is deleted or disabled."""
+    for check_id in db.session.scalars(select(Check.id).where(Check.subscription_id == sub.id,
+                                                              Check.state == CheckState.RUNNING)).all():
+        _end(check_id, None, error=f"stopped: {why}")
+
+
+class Stopped(Exception):
+    """The check ends before its next request; the message says why, for its report."""
+
+
 def run(check_id: str, contract_url: str | None = None) -> dict:
-    """The RQ job: send the check's requests and store the results. A failure inside Promesa ends the
-    check (its error says so), then propagates to RQ."""
+    """The RQ job (checks lane): send the check's requests and store the results. A check whose subscription
+    was deleted or disabled meanwhile sends nothing; one stopped partway keeps what was answered. A failure
+    inside Promesa ends the check (its error says so), then propagates to RQ."""
     try:
         check = db.session.get(Check, check_id)
         if check is None or check.state != CheckState.RUNNING:
             return {"check": check_id, "ran": False}
         sub = db.session.get(Subscription, check.subscription_id)
+        gone = _gone(sub.deleted_at, sub.state)
+        if gone:
+            _finish(check_id, None, error=f"stopped before its first request: {gone}")
+            return {"check": check_id, "ran": False}
         app = current_app._get_current_object()
         clock = app.config["CLOCK"]
         allow_private = app.config["PROMESA_ALLOW_PRIVATE_TARGETS"]
+        seconds = app.config.get("PROMESA_CHECK_DEADLINE_SECONDS", DEADLINE_SECONDS)
         secrets = signing_secrets(sub, clock.now())
-        url, scheme, timeout, sender = sub.url, sub.signature_scheme, sub.attempt_timeout, Sender(sub, app)
+        url, scheme, timeout = sub.url, sub.signature_scheme, sub.attempt_timeout
+        sender = Sender(sub, app, check_id, time.monotonic() + seconds, seconds)
         db.session.commit()  # no transaction held open while the receiver answers
+        error = None
         with sender as send:
-            _, results = rules.run_check(url, secrets, scheme, send=send, check_id=check_id,
-                                         clock=lambda: unix(clock.now()), timeout=timeout,
-                                         allow_private=allow_private, contract_url=contract_url)
-        _finish(check_id, results)
-        return {"check": check_id, "ran": True, "failed": rules.failed(results)}
+            try:
+                _, results = rules.run_check(url, secrets, scheme, send=send, check_id=check_id,
+                                             clock=lambda: unix(clock.now()), timeout=timeout,
+                                             allow_private=allow_private, contract_url=contract_url)
+            except Stopped as stop:  # judge what was answered; the steps not sent are not judged
+                results = rules.judge(url, scheme, dict(zip(rules.STEPS, sender.answers)),
+                                      allow_private=allow_private, contract_url=contract_url)
+                error = f"stopped after {len(sender.answers)} of {len(rules.STEPS)} requests: {stop}"
+        _finish(check_id, results, error=error)
+        return {"check": check_id, "ran": True, "failed": rules.failed(results), "error": error}
     except Exception as exc:
         db.session.rollback()
         _finish(check_id, None, error=f"the check could not run: {type(exc).__name__}: {exc}"[:500])
         raise
     finally:
         db.session.remove()
+
+
+def _gone(deleted_at, state) -> str | None:
+    """Why a check of a subscription in this state must not send (None: it may)."""
+    if deleted_at is not None:
+        return "its subscription was deleted"
+    if state == SubscriptionState.DISABLED:
+        return "its subscription was disabled"
+    return None
 
 
 def signing_secrets(sub: Subscription, now: dt.datetime) -> list[str]:
@@ -149,7 +222,13 @@ def signing_secrets(sub: Subscription, now: dt.datetime) -> list[str]:
 
 
 def _finish(check_id: str, results: list[dict] | None, error: str | None = None) -> None:
-    """Move a running check to finished, once, with its results (or why there are none), and audit it."""
+    _end(check_id, results, error)
+    db.session.commit()
+
+
+def _end(check_id: str, results: list[dict] | None, error: str | None = None) -> None:
+    """Move a running check to finished, once, with its results (or why there are none), and audit it;
+    the caller commits."""
     now = current_app.config["CLOCK"].now()
     ended = db.session.execute(
         update(Check).where(Check.id == check_id, Check.state == CheckState.RUNNING)
@@ -158,18 +237,23 @@ def _finish(check_id: str, results: list[dict] | None, error: str | None = None)
         check = db.session.get(Check, check_id)
         db.session.refresh(check)
         sub = db.session.get(Subscription, check.subscription_id)
-        detail = {"failed": rules.failed(results)} if results is not None else {"error": error}
+        detail = {"failed": rules.failed(results)} if results is not None else {}
+        detail |= {"error": error} if error else {}
         audit.record("check.finished", subscription=sub, target=f"check:{check_id}", detail=detail,
                      actor=audit.SYSTEM)
-    db.session.commit()
 
 
 class Sender:
     """The check's `send`: one request at a time through the delivery client (`delivery.http.post`),
-    at the subscription's rate-limit turns, on an event loop and HTTP session of its own."""
+    at the subscription's rate-limit turns, on an event loop and HTTP session of its own. Before each
+    request it asks whether the check may go on (`Stopped` if not), and it keeps every answer in order."""
 
-    def __init__(self, sub: Subscription, app):
+    def __init__(self, sub: Subscription, app, check_id: str, deadline: float, seconds: float):
         self.subscription_id = sub.id
+        self.check_id = check_id
+        self.deadline = deadline  # time.monotonic() by which the check ends
+        self.seconds = seconds
+        self.answers: list[rules.Answer] = []
         self.rate = sub.rate_limit_per_s
         self.connect_timeout = sub.connect_timeout
         self.allow_private = app.config["PROMESA_ALLOW_PRIVATE_TARGETS"]
@@ -194,28 +278,59 @@ class Sender:
         finally:
             self.runner.close()
 
+    def out_of_time(self) -> Stopped:
+        return Stopped(f"the check's {self.seconds:g} s ran out (the endpoint answers too slowly for all of it)")
+
+    def may_go_on(self) -> float:
+        """The seconds left, or `Stopped`: the worker is stopping, the time is spent, or the check was ended
+        (its subscription deleted or disabled) since the last request."""
+        if lanes.stopping.is_set():
+            raise Stopped("its worker was asked to stop")
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self.out_of_time()
+        now = db.session.execute(
+            select(Check.state.label("check"), Subscription.deleted_at, Subscription.state.label("subscription"))
+            .join(Subscription, Subscription.id == Check.subscription_id).where(Check.id == self.check_id)).one()
+        db.session.commit()  # no transaction held open while the receiver answers
+        gone = _gone(now.deleted_at, now.subscription)
+        if gone or now.check != CheckState.RUNNING:
+            raise Stopped(gone or "it was ended meanwhile")
+        return left
+
     def wait_turn(self) -> None:
-        """Take a turn of the subscription's rate limit (shared with its deliveries) and wait for it."""
+        """Take a turn of the subscription's rate limit (shared with its deliveries) and wait for it, within
+        the check's time."""
         if not self.rate:
             return
         while True:
             now = unix(self.clock.now())
             got, first, next_at = self.limiter.admit({self.subscription_id: (self.rate, 1)}, now)[
                 self.subscription_id]
+            wait = max(0.0, first - now) if got else min(max(next_at - now, 0.05), MAX_WAIT_SECONDS)
+            if time.monotonic() + wait >= self.deadline:
+                raise self.out_of_time()
+            time.sleep(wait)  # the turn the limiter booked for this request, or until one may be booked
             if got:
-                time.sleep(max(0.0, first - now))  # the turn the limiter booked for this request
                 return
-            time.sleep(min(max(next_at - now, 0.05), MAX_WAIT_SECONDS))
 
     def __call__(self, url: str, body: bytes, headers: dict, timeout: float) -> rules.Answer:
+        self.may_go_on()
         self.wait_turn()
+        left = self.may_go_on()
+        cut = left < timeout  # the request may not outlast the check
         result = self.runner.run(http.post(
-            self.session, url, body, headers, connect_timeout=min(self.connect_timeout, timeout),
-            attempt_timeout=timeout, excerpt_bytes=self.excerpt_bytes, allow_private=self.allow_private))
+            self.session, url, body, headers, connect_timeout=min(self.connect_timeout, timeout, left),
+            attempt_timeout=min(timeout, left), excerpt_bytes=self.excerpt_bytes, allow_private=self.allow_private))
         outcome = result.outcome
-        return rules.Answer(status=outcome.status_code, elapsed=result.duration_ms / 1000,
-                            location=result.location, error=None if outcome.status_code else outcome.error,
-                            timed_out=outcome.status_code is None and (outcome.error or "").startswith("timeout"))
+        timed_out = outcome.status_code is None and (outcome.error or "").startswith("timeout")
+        if cut and timed_out:  # the check's time ran out, not the receiver's: this answer is not judged
+            raise self.out_of_time()
+        answer = rules.Answer(status=outcome.status_code, elapsed=result.duration_ms / 1000,
+                              location=result.location, error=None if outcome.status_code else outcome.error,
+                              timed_out=timed_out)
+        self.answers.append(answer)
+        return answer
 
 
 def summary(check: Check | None) -> dict | None:

@@ -28,6 +28,7 @@ from dashboard.queue.handoff import enqueue
 from dashboard.queue.work import work_item
 from dashboard.schemas import EventInput, SubscriptionEdit, SubscriptionInput
 from dashboard.stats import outcomes
+from dashboard.subscriptions import checks
 
 
 def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
@@ -93,6 +94,7 @@ def delete(sub: Subscription) -> int:
     sub.state_reason = "deleted"
     sub.previous_secret_ciphertext = sub.previous_secret_expires_at = None
     cancelled = cancel_waiting([sub.id], now)
+    checks.stop_running(sub, "its subscription was deleted")
     audit.record("subscription.deleted", subscription=sub, deliveries=cancelled, detail={"url": sub.url})
     db.session.commit()
     return cancelled
@@ -136,6 +138,7 @@ def disable(sub: Subscription, reason: str) -> int:
     page, and on the dashboard only `enable` (not resume) ends it. The engine disables on 410 Gone."""
     not_deleted(sub)
     held = hold(sub, SubscriptionState.DISABLED, checked_reason(reason, True, "disable"), "subscription.disabled")
+    checks.stop_running(sub, "its subscription was disabled")
     db.session.commit()
     return held
 

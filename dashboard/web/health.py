@@ -6,7 +6,9 @@ the database is away.
 - `/readyz` answers 200 when the database and Redis answer within PROMESA_READY_TIMEOUT_SECONDS
   and the database's migrations are at the code's head, else 503 with `missing` naming what is
   not. With `?verbose=1`, an admin, the bearer of PROMESA_METRICS_TOKEN or a loopback client (none
-  behind a trusted proxy) also gets each check and the live workers' and sweepers' last beats. Neither needs a session, and neither reveals configuration.
+  behind a trusted proxy) also gets each check, the live workers' and sweepers' last beats, and each
+  lane's workers and queued jobs (a lane without a worker never runs its jobs). Neither needs a
+  session, and neither reveals configuration.
 - A request that meets a database that is away (down, restarting, failing over) gets 503 with
   Retry-After: JSON on the API, so producers retry instead of dropping the event, and a plain
   "database unavailable, retrying" page on the dashboard.
@@ -26,7 +28,7 @@ from werkzeug.exceptions import InternalServerError
 
 from dashboard.core.extensions import db
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, database_unavailable_within
-from dashboard.queue import heartbeat
+from dashboard.queue import heartbeat, lanes as job_lanes
 from dashboard.queue.work import connect
 from dashboard.web.api import URL_PREFIX as API_PREFIX
 from dashboard.web.api.errors import http_error
@@ -120,6 +122,12 @@ def live_processes(app: Flask) -> dict[str, list[dict]]:
     return {f"{kind}s": [b for b in beats if b.get("kind") == kind] for kind in heartbeat.KINDS}
 
 
+def lanes(app: Flask) -> list[dict]:
+    """Each lane's workers and queued jobs; a lane with no worker never runs its jobs."""
+    return [{"name": lane.name, "runs": lane.runs, "workers": lane.workers, "queued": lane.queued}
+            for lane in job_lanes.states(app, _ready_redis(app))]
+
+
 # -- the routes --------------------------------------------------------------------------------
 @bp.get("/healthz")
 def healthz():
@@ -145,7 +153,7 @@ def readyz():
         body["checks"] = result["checks"]
         if result["checks"]["redis"] == "ok":
             try:
-                body.update(live_processes(app))
+                body.update(live_processes(app), lanes=lanes(app))
             except REDIS_AWAY:
                 pass
     return jsonify(body), 200 if ready else 503

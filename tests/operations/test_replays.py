@@ -15,6 +15,7 @@ from dashboard.delivery import jobs
 from dashboard.operations import replays
 from dashboard.core.extensions import db
 from dashboard.models import AuditEntry, Delivery, Event, Replay, Subscription
+from dashboard.queue import lanes
 from dashboard.queue.work import WorkQueue
 from dashboard.web.api import shapes
 
@@ -49,11 +50,11 @@ def fix_receiver(sub_id, receiver):
 
 
 def run_worker(app):
-    """A real RQ SimpleWorker on the app's queue, as `promesa worker --burst` runs it: replay jobs and the
-    drain jobs they start."""
+    """A real RQ SimpleWorker on the app's queues, as `promesa worker --burst` and the lanes' workers run it:
+    replay jobs (and checks) first, then the drain jobs they start."""
     work = WorkQueue.for_app(app)
     with app.app_context():  # a worker process's own context and database session
-        SimpleWorker([work.rq], connection=work.conn).work(burst=True)
+        SimpleWorker([*(lanes.queue(lane, app) for lane in lanes.LANES), work.rq], connection=work.conn).work(burst=True)
     engine = jobs._engines.pop(id(app), None)  # a worker process keeps its engine; a test closes it
     if engine is not None:
         engine.close()
@@ -73,7 +74,7 @@ def test_the_job_replays_exactly_the_matching_dead_letters_in_chunks(app, produc
     replay, started = replays.start(replays.DeadLetterFilter(subscription_id=sub_a, event_types=("file.updated",)))
     assert started and replay.state == "queued" and replay.total == 3 and replay.done == 0
     replay_id = replay.id
-    assert f"replay-{replay_id}" in WorkQueue.for_app(app).rq.job_ids  # enqueued after the commit; not run yet
+    assert f"replay-{replay_id}" in lanes.queue("repairs", app).job_ids  # enqueued after the commit; not run yet
     assert set(states(dead_a).values()) == {"dead"}
 
     chunks = []
@@ -151,7 +152,7 @@ def test_a_second_click_shows_the_running_replay(app, producer, receiver, clock)
     first_id = first.id
     again, started_again = replays.start(replays.DeadLetterFilter(subscription_id=sub))
     assert started and not started_again and again.id == first_id
-    assert WorkQueue.for_app(app).rq.job_ids.count(f"replay-{first_id}") == 1
+    assert lanes.queue("repairs", app).job_ids.count(f"replay-{first_id}") == 1
     other, started_other = replays.start(replays.DeadLetterFilter(subscription_id=sub, result="400"))
     assert started_other and other.id != first_id  # another filter is another replay
     run_worker(app)
@@ -209,7 +210,7 @@ def test_a_failing_job_marks_the_replay_failed_and_lets_rq_see_it(app, producer,
     run_worker(app)
     replay = db.session.get(Replay, replay_id)
     assert replay.state == "failed" and "since" in replay.error
-    assert len(WorkQueue.for_app(app).rq.failed_job_registry) == 1
+    assert len(lanes.queue("repairs", app).failed_job_registry) == 1
     assert set(states(dead).values()) == {"dead"}
 
 

@@ -95,7 +95,7 @@ def test_a_bad_receiver_fails_exactly_its_rules(app, producer, case_url, bad_rec
     must_fail, not_judged = CASES[case]
     assert outcome(report) == (must_fail, not_judged)
     rules = by_rule(report)
-    contract = f"http://localhost/subscriptions/{sub['id']}/contract"
+    contract = f"{app.config['PROMESA_BASE_URL']}/subscriptions/{sub['id']}/contract"
     if case == "careless":
         assert rules["forged_rejected"]["advice"].startswith(
             "your endpoint accepted a request signed with the wrong secret: verify X-Signature over the raw body")

@@ -14,6 +14,7 @@ from rq import SimpleWorker
 from rq.timeouts import TimerDeathPenalty
 
 from dashboard.delivery import jobs
+from dashboard.queue import lanes
 from dashboard.queue.work import WorkQueue
 
 from tests.conftest import _csrf_from
@@ -38,7 +39,8 @@ def start_worker(app) -> threading.Thread:
     def run():
         work = WorkQueue.for_app(app)
         with app.app_context():
-            ThreadWorker([work.rq], connection=work.conn).work(burst=True)
+            ThreadWorker([*(lanes.queue(lane, app) for lane in lanes.LANES), work.rq],
+                         connection=work.conn).work(burst=True)
             engine = jobs._engines.pop(id(app), None)
             if engine is not None:
                 engine.close()

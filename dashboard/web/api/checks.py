@@ -14,17 +14,17 @@ from dashboard.subscriptions import diagnosis
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.api import bp, shapes
 from dashboard.web.api.operations import operation
-from dashboard.web.api.routes import contract_url
 
 
 @bp.post("/subscriptions/<subscription_id>/checks")
 @operation("Run the receiver check: five real signed deliveries of the reserved type promesa.check (each with "
            "X-Promesa-Check: <check id>), judged against the receiver contract. Kept apart from deliveries: no "
-           "count, chart, incident or dead letter sees them. One at a time, at most one a minute",
+           "count, chart, incident or dead letter sees them. One at a time and at most one a minute per team, whichever "
+           "subscription",
            responses={202: schemas.CheckStarted}, errors=(409, 429), links_to="check_id")
 def start_check(subscription_id):
     sub = subscription_service.team_subscription(g.team, subscription_id)
-    check = check_service.start(sub, contract_url(sub))
+    check = check_service.start(sub)
     return jsonify(id=check.id), 202
 
 

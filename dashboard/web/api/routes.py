@@ -3,7 +3,7 @@ validates its input with the models in `dashboard/schemas.py` and documents it i
 
 from __future__ import annotations
 
-from flask import current_app, g, jsonify, request, url_for
+from flask import current_app, g, jsonify, request
 from sqlalchemy import select
 
 from dashboard import audit, schemas
@@ -24,11 +24,6 @@ from dashboard.web.api.operations import operation
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": NO_NUL},
                    "description": "a repeated key returns the first event instead of a second"}
-
-
-def contract_url(sub) -> str:
-    """The subscription's contract page, linked from the receiver check's advice."""
-    return url_for("pages.contract", subscription_id=sub.id, _external=True)
 
 
 @bp.get("/openapi.json")
@@ -73,11 +68,13 @@ def get_event(event_id):
 @bp.post("/subscriptions")
 @operation("Create a subscription; its signing secret is shown in this answer only. \"check\": true also "
            "runs the receiver check on it (check_id)",
-           body=schemas.SubscriptionInput, responses={201: schemas.CreatedSubscription}, errors=(409, 422),
+           body=schemas.SubscriptionInput, responses={201: schemas.CreatedSubscription}, errors=(409, 422, 429),
            links_to="subscription_id")
 def create_subscription(body: schemas.SubscriptionInput):
+    if body.check:  # refused before anything is stored: the team's check limit, not the subscription's
+        check_service.refuse_if_busy(g.team.id)
     sub, secret = subscription_service.create(g.team, body)
-    started = check_service.start(sub, contract_url(sub)) if body.check else None
+    started = check_service.start(sub) if body.check else None
     return jsonify(shapes.subscription(sub) | {"secret": secret, "check_id": started.id if started else None}), 201
 
 

@@ -36,7 +36,12 @@ def failures(sub) -> diagnosis.Diagnosis:
 def run_check(subscription_id):
     # Forged, stale and tampered requests may page a receiver's team: run only when asked, at most once a minute.
     sub = access.visible_subscription(subscription_id, need=access.can_operate)
-    check = check_service.start(sub, url_for(".contract", subscription_id=sub.id, _external=True))
+    try:
+        check = check_service.start(sub)
+    except check_service.TooSoon as refused:  # the page, saying why and when: 429 and Retry-After, as on the API
+        flash(refused.message, "error")
+        page = current_app.view_functions["pages.subscription"](subscription_id=sub.id)
+        return page, 429, {"Retry-After": str(refused.retry_after)}
     flash(f"Receiver check {check.id} started: the report appears below when it finishes.", "ok")
     return redirect(url_for(".subscription", subscription_id=sub.id, _anchor="receiver-check"))
 
