@@ -1,22 +1,34 @@
-"""One team never slows another (issue 28), on real services: PostgreSQL, Redis, one real worker
-process, real receivers on 127.0.0.1. Team A has a subscription at the highest max_in_flight to an
-endpoint that answers after 9 s, with 300 events waiting, and 100 subscriptions receiving a 500-event
-batch (50,000 deliveries); meanwhile team B publishes 20 single events to a fast endpoint."""
+"""One team never slows another, on real services: PostgreSQL, Redis, real worker processes, real
+receivers on 127.0.0.1.
+
+Issue 28: team A has a subscription at the highest max_in_flight to an endpoint that answers after 9 s,
+with 300 events waiting, and 100 subscriptions receiving a 500-event batch (50,000 deliveries);
+meanwhile team B publishes 20 single events to a fast endpoint.
+
+Issue 35, as an outside reviewer ran it: the whole of `promesa up` (two web processes, two workers, the
+sweeper), team A misbehaving three ways, team B's p95 from publish to receipt within 2 s in each. Those
+scenarios share one stack; each deletes its team A's backlog behind it (its requests still on the wire
+are only more of what the next scenario must not feel)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
 
 import pytest
 
+from dashboard.app import create_app
+from dashboard.core.clock import SystemClock
+from dashboard.core.extensions import db
 from dashboard.ingest import quotas
 from dashboard.schemas import MAX_IN_FLIGHT
-from tests.faults.conftest import query, report, unsettled
+from tests.faults.conftest import Stack, query, report, unsettled
+from tests.support.private_redis import PrivateRedis
 from tests.support.receiver import Receiver
 
-from ..conftest import Producer
+from ..conftest import Producer, _migrate, fresh_postgres_database
 from ..support.waiting import wait_until
 
 SLOW_SECONDS = 9
@@ -81,3 +93,101 @@ def test_a_slow_endpoint_and_a_fan_out_flood_of_one_team_do_not_slow_another(sta
            {"b_p95_seconds": round(p95, 3), "b_max_seconds": round(latencies[-1], 3),
             "a_backlog_when_b_done": backlog_then})
     assert p95 < 2.0, latencies
+
+
+# -- issue 35: isolation between teams, on one shared stack ------------------------------------------
+# The reviewer's endpoint took 9.5 s; 6 s keeps well past the 2 s bound, within the 10 s attempt timeout.
+A_SLOW_SECONDS = 6
+HANG_SECONDS = 30  # longer than any attempt: the attempt timeout (10 s) ends it
+B_P95_BOUND = 2.0
+# Drains end their budget often (the fault suite's 5 s, not production's 30 s): past its budget a drain
+# waits for its slow requests, and what it does meanwhile is part of what is tested.
+BUDGET_SECONDS = 5
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """`promesa up` as the reviewer ran it, on a database and a Redis of this module's own, with its
+    receivers: one for team A's slow and hanging endpoints, one per team B."""
+    tmp = tmp_path_factory.mktemp("isolation")
+    server = PrivateRedis(tmp / "redis")
+    server.start()
+    with fresh_postgres_database("promesa_fair") as url, Receiver() as slow:
+        _migrate(url)
+        app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url, "REDIS_URL": server.url,
+                          "INSTANCE_PATH": str(tmp / "instance"), "PROMESA_REDIS_PREFIX": "fair",
+                          "PROMESA_QUEUE": "fair", "PROMESA_ALLOW_PRIVATE_TARGETS": True, "CLOCK": SystemClock(),
+                          "PROMESA_LEASE_SECONDS": 4})
+        with app.app_context():
+            stack = Stack(app, tmp / "promesa-up.log")
+            stack.env["PROMESA_DRAIN_BUDGET_SECONDS"] = str(BUDGET_SECONDS)
+            stack.start()
+            try:
+                yield stack, slow
+            finally:
+                stack.stop()
+                with contextlib.suppress(Exception):
+                    db.session.remove()
+                db.engine.dispose()
+    server.kill()
+
+
+def team_b_latencies(stack, name: str) -> list[float]:
+    """Team B publishes B_EVENTS single events, a quarter second apart; each one's seconds from publish to receipt."""
+    beta = Producer(stack.app.test_client(), f"beta-{name}")
+    with Receiver() as fast:
+        beta.subscribe(fast.url + "/ok")
+        published_at = {}
+        for n in range(B_EVENTS):
+            started = time.time()
+            published_at[post(stack, beta.token, "/api/v1/events", {"type": "b.thing", "data": {"n": n}})["id"]] = started
+            time.sleep(0.25)
+        assert fast.wait_for(B_EVENTS, timeout=60), fast.count()
+        with fast.lock:
+            return sorted(r.at - published_at[json.loads(r.body)["id"]] for r in fast.requests)
+
+
+def misbehave_and_measure(stack, slow, name: str, path: str, subscriptions: int, events: int,
+                          started_after: int, then_wait: float = 0.0, **fields) -> dict:
+    """Team A's `subscriptions` endpoints at `path` get `events` events each; once `started_after` of its
+    requests have reached them (and `then_wait` seconds more), team B publishes. Returns B's figures;
+    A's subscriptions are deleted after."""
+    alpha = Producer(stack.app.test_client(), f"alpha-{name}")
+    subs = [alpha.subscribe(slow.url + path, event_types=["a.*"], **fields)["id"] for _ in range(subscriptions)]
+    before = slow.count(path)
+    try:
+        post(stack, alpha.token, "/api/v1/events/batch", {"events": [{"type": "a.thing", "data": {"n": n}}
+                                                                     for n in range(events)]})
+        assert wait_until(lambda: slow.count(path) - before >= started_after, timeout=30), slow.count(path)
+        time.sleep(then_wait)
+        latencies = team_b_latencies(stack, name)
+    finally:
+        for sub in subs:
+            assert alpha.client.delete(f"/api/v1/subscriptions/{sub}", headers=alpha.headers()).status_code == 200
+    figures = {"b_p50_seconds": round(latencies[len(latencies) // 2 - 1], 3),
+               "b_p95_seconds": round(latencies[int(0.95 * len(latencies)) - 1], 3),
+               "b_max_seconds": round(latencies[-1], 3)}
+    report(f"isolation: {name}", figures)
+    return figures
+
+
+def test_fifty_slow_subscriptions_of_one_team_do_not_slow_another(shared):
+    stack, slow = shared
+    figures = misbehave_and_measure(stack, slow, "fifty slow subscriptions", f"/slow/{A_SLOW_SECONDS}",
+                                    subscriptions=50, events=200, started_after=100)
+    assert figures["b_p95_seconds"] <= B_P95_BOUND, figures
+
+
+def test_one_subscription_at_the_highest_max_in_flight_does_not_slow_another(shared):
+    stack, slow = shared
+    figures = misbehave_and_measure(stack, slow, "one subscription at max_in_flight 64", f"/slow/{A_SLOW_SECONDS}/64",
+                                    subscriptions=1, events=300, started_after=64, max_in_flight=MAX_IN_FLIGHT,
+                                    then_wait=BUDGET_SECONDS)  # B's first event finds A's drains past their budget
+    assert figures["b_p95_seconds"] <= B_P95_BOUND, figures
+
+
+def test_endpoints_that_hang_after_their_headers_do_not_slow_another(shared):
+    stack, slow = shared
+    figures = misbehave_and_measure(stack, slow, "endpoints hanging after their headers",
+                                    f"/hang-after-head/{HANG_SECONDS}", subscriptions=50, events=200, started_after=100)
+    assert figures["b_p95_seconds"] <= B_P95_BOUND, figures
