@@ -568,8 +568,14 @@ class DeliveryEngine:
             if self.stopping.is_set():
                 deadline = closing_at = min(deadline, now)
             if closing_at is None and now >= deadline:
-                closing_at = max([deadline, *(began + item.attempt_timeout + 1.0
-                                              for item, _, _, began in run.in_flight.values())])
+                closing_at = run.grace_ends_at = max([deadline, *(began + item.attempt_timeout + 1.0
+                                                                  for item, _, _, began in run.in_flight.values())])
+            if closing_at is not None and not self.stopping.is_set():
+                # Work not timed here yet may start within the grace and carry it on by its own timeout at
+                # most: the drain keeps serving until those end too, never waiting idle for them.
+                closing_at = max([run.grace_ends_at, *(began + item.attempt_timeout + 1.0
+                                                       for item, _, _, began in run.in_flight.values()
+                                                       if began < run.grace_ends_at)])
                 run.closing_at = closing_at
             if now >= next_renewal:
                 run.renew_leases()
@@ -580,11 +586,14 @@ class DeliveryEngine:
             # Teams at their share here leave their work in Redis; the room they would have taken (and
             # as much again) stays open to the others, so that a newcomer is never behind them.
             least_share = self.max_in_flight // (len(run.active) + 1)  # no team is full below it
-            full = run.full_teams() if run.slots >= least_share or run.local >= LOCAL_CAPACITY * least_share else ()
+            full = run.full_teams() if (run.waiting_total or run.slots >= least_share
+                                        or run.local >= LOCAL_CAPACITY * least_share) else ()
             room = min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight * (2 if full else 1) - run.local)
             # With work waiting here, refill only once half the room is free: a claim of a few
-            # deliveries costs the database nearly what a claim of a hundred does.
-            refill = room >= min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2) or not run.waiting_total
+            # deliveries costs the database nearly what a claim of a hundred does. Only the waiting work
+            # of the teams this pop serves counts: a full team's backlog here never keeps another's in Redis.
+            refill = room >= min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2) or not (
+                run.waiting_total - sum(run.team_waiting.get(team, 0) for team in full))
             if ((closing_at is None or now < closing_at) and run.claiming is None and refill and room > 0
                     and (len(run.in_flight) < self.max_in_flight or full) and now >= max(next_pop, gather_until)):
                 items = self.work.pop_ready(room, full)
@@ -821,6 +830,7 @@ class _Drain:
         self.wanting: frozenset = frozenset()
         self.active: frozenset = frozenset()
         self.closing_at: float | None = None  # past its budget: only requests expected to end by then start
+        self.grace_ends_at = 0.0  # past its budget: the end of the grace its requests in flight then gave it
 
     @property
     def local(self) -> int:
@@ -850,9 +860,12 @@ class _Drain:
         held = self.per_subscription[sub]
         if held >= engine.cap(sub):
             return False
-        if self.closing_at is not None and not (
-                engine._avg_seconds.get(sub, item.attempt_timeout) < self.closing_at - time.monotonic()):
-            return False  # too slow to end in the drain's grace: handed back at its end
+        if self.closing_at is not None:
+            # Past the budget, known-slow work is handed back at the end. Work this worker has not timed yet
+            # starts: refused, a newcomer's first delivery waited out the whole grace (an attempt's timeout).
+            expected, now = engine._avg_seconds.get(sub), time.monotonic()
+            if now >= self.grace_ends_at if expected is None else expected >= self.closing_at - now:
+                return False
         share = self.share(team)
         if self.team_slots.get(team, 0) < share:
             if self.slots >= 2 * engine.max_in_flight:
@@ -870,7 +883,10 @@ class _Drain:
         for team in self.team_slots.keys() | self.team_waiting.keys():
             share = self.share(team)
             load = self.team_slots.get(team, 0) + self.team_waiting.get(team, 0)
-            if load >= LOCAL_CAPACITY * share or (
+            waiting = self.team_waiting.get(team, 0)
+            # Work of its own waits here that could not start (dispatch started all it could): a pop brings
+            # it nothing it can start now, once it holds what a refill would bring.
+            if load >= LOCAL_CAPACITY * share or waiting >= LOCAL_CAPACITY * share // 2 or (
                     self.team_slots.get(team, 0) >= share
                     and not (self.slots < self.engine.max_in_flight and len(self.wanting) == (team in self.wanting))):
                 full.append(team)

@@ -127,7 +127,11 @@ def headers_text(raw: tuple[tuple[bytes, bytes], ...], limit: int = RESPONSE_HEA
 def client_session(limit: int, allow_private: bool) -> aiohttp.ClientSession:
     """The session deliveries (and receiver checks) are sent with; create it inside a running event loop."""
     # Pooled keep-alive connections; DNS cannot steer a request inward unless private targets are allowed.
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0,
+    # One request holds one connection, so a tenant's connections, to one host or all, are bounded where its
+    # requests are: its team's share of the slots and each endpoint's max_in_flight (docs/scheduler.md). The
+    # pool is the slots' hard bound, per host too: a smaller per-host cap would make one team's request wait,
+    # inside its attempt timeout, for connections another team holds to a host they share.
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit,
                                      resolver=None if allow_private else PublicOnlyResolver())
     # No cookie jar: endpoints of different teams share hosts, and a cookie one of them sets
     # must never be sent to another (nor back to itself: a delivery is not a browsing session).
