@@ -556,27 +556,29 @@ class DeliveryEngine:
         # popping at its budget left every other team waiting up to an attempt's timeout (one worker
         # runs one drain at a time). A stopping worker ends without that grace.
         closing_at = None
+        grace_ends_at = latest_end = 0.0
         next_heartbeat = started + HEARTBEAT_SECONDS
         busy = False  # since the last heartbeat, did a pop take all it asked for (more work than this drain)?
         renew_every = self.lease_seconds * LEASE_RENEW_FRACTION
         next_renewal = started + renew_every
         idle_since = None
         next_pop = 0.0  # after an empty pop: do not ask Redis on every completion
+        polled_skip: set = set()  # the teams that empty pop skipped
         gather_until = 0.0  # after a small pop that emptied the list: let arrivals gather
         while True:
             now = time.monotonic()
             if self.stopping.is_set():
                 deadline = closing_at = min(deadline, now)
             if closing_at is None and now >= deadline:
-                closing_at = run.grace_ends_at = max([deadline, *(began + item.attempt_timeout + 1.0
-                                                                  for item, _, _, began in run.in_flight.values())])
+                closing_at = max([deadline, *(began + item.attempt_timeout + 1.0
+                                              for item, _, _, began in run.in_flight.values())])
+                grace_ends_at = closing_at
+                # What starts in the grace may carry it on while it is on the wire, once by as long again
+                # at most: the drain serves until then instead of waiting idle for its last requests.
+                latest_end = closing_at + (closing_at - deadline)
             if closing_at is not None and not self.stopping.is_set():
-                # Work not timed here yet may start within the grace and carry it on by its own timeout at
-                # most: the drain keeps serving until those end too, never waiting idle for them.
-                closing_at = max([run.grace_ends_at, *(began + item.attempt_timeout + 1.0
-                                                       for item, _, _, began in run.in_flight.values()
-                                                       if began < run.grace_ends_at)])
-                run.closing_at = closing_at
+                closing_at = run.closing_at = min(latest_end, max([grace_ends_at, *(
+                    began + item.attempt_timeout + 1.0 for item, _, _, began in run.in_flight.values())]))
             if now >= next_renewal:
                 run.renew_leases()
                 next_renewal = now + renew_every
@@ -586,21 +588,24 @@ class DeliveryEngine:
             # Teams at their share here leave their work in Redis; the room they would have taken (and
             # as much again) stays open to the others, so that a newcomer is never behind them.
             least_share = self.max_in_flight // (len(run.active) + 1)  # no team is full below it
-            full = run.full_teams() if (run.waiting_total or run.slots >= least_share
-                                        or run.local >= LOCAL_CAPACITY * least_share) else ()
+            full = run.full_teams() if run.slots >= least_share or run.local >= LOCAL_CAPACITY * least_share else ()
             room = min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight * (2 if full else 1) - run.local)
-            # With work waiting here, refill only once half the room is free: a claim of a few
-            # deliveries costs the database nearly what a claim of a hundred does. Only the waiting work
-            # of the teams this pop serves counts: a full team's backlog here never keeps another's in Redis.
-            refill = room >= min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2) or not (
-                run.waiting_total - sum(run.team_waiting.get(team, 0) for team in full))
-            if ((closing_at is None or now < closing_at) and run.claiming is None and refill and room > 0
-                    and (len(run.in_flight) < self.max_in_flight or full) and now >= max(next_pop, gather_until)):
-                items = self.work.pop_ready(room, full)
+            # A team with work waiting here is refilled only once half the room is free: a claim of a few
+            # deliveries costs the database nearly what a claim of a hundred does. Until then pops skip it,
+            # and only it: one team's backlog here never keeps another team's work in Redis.
+            skip = full
+            if run.waiting_total and room < min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2):
+                skip = {*full, *run.team_waiting}
+            # After a pop that skipped teams and found nothing, the next waits a little (a newcomer is all it
+            # can find), unless a team has stopped being skipped.
+            if ((closing_at is None or now < closing_at) and run.claiming is None and room > 0
+                    and (len(run.in_flight) < self.max_in_flight or skip) and now >= gather_until
+                    and (now >= next_pop or not polled_skip <= set(skip))):
+                items = self.work.pop_ready(room, skip)
                 popped = len(items)
                 busy = busy or popped == room
                 if not popped:
-                    next_pop = now + POLL_SECONDS
+                    next_pop, polled_skip = now + (GATHER_SECONDS if skip else POLL_SECONDS), set(skip)
                 elif _gathers_next(popped, room, self.max_in_flight):
                     gather_until = now + GATHER_SECONDS
                 ids = await run.admit(items)
@@ -830,7 +835,6 @@ class _Drain:
         self.wanting: frozenset = frozenset()
         self.active: frozenset = frozenset()
         self.closing_at: float | None = None  # past its budget: only requests expected to end by then start
-        self.grace_ends_at = 0.0  # past its budget: the end of the grace its requests in flight then gave it
 
     @property
     def local(self) -> int:
@@ -862,9 +866,9 @@ class _Drain:
             return False
         if self.closing_at is not None:
             # Past the budget, known-slow work is handed back at the end. Work this worker has not timed yet
-            # starts: refused, a newcomer's first delivery waited out the whole grace (an attempt's timeout).
-            expected, now = engine._avg_seconds.get(sub), time.monotonic()
-            if now >= self.grace_ends_at if expected is None else expected >= self.closing_at - now:
+            # starts (its timeout bounds it): refused, a newcomer's first delivery waited out the whole grace.
+            expected = engine._avg_seconds.get(sub)
+            if expected is not None and expected >= self.closing_at - time.monotonic():
                 return False
         share = self.share(team)
         if self.team_slots.get(team, 0) < share:
@@ -883,10 +887,7 @@ class _Drain:
         for team in self.team_slots.keys() | self.team_waiting.keys():
             share = self.share(team)
             load = self.team_slots.get(team, 0) + self.team_waiting.get(team, 0)
-            waiting = self.team_waiting.get(team, 0)
-            # Work of its own waits here that could not start (dispatch started all it could): a pop brings
-            # it nothing it can start now, once it holds what a refill would bring.
-            if load >= LOCAL_CAPACITY * share or waiting >= LOCAL_CAPACITY * share // 2 or (
+            if load >= LOCAL_CAPACITY * share or (
                     self.team_slots.get(team, 0) >= share
                     and not (self.slots < self.engine.max_in_flight and len(self.wanting) == (team in self.wanting))):
                 full.append(team)
