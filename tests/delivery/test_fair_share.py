@@ -125,6 +125,16 @@ def drain(app, clock):
     return engine.drain(None, 20)
 
 
+def drain_while_arriving(app, clock, items: list[str], after: float):
+    """Drain while another team's `items` arrive in Redis `after` seconds in."""
+    arriving = threading.Timer(after, WorkQueue.for_app(app).push, [items])
+    arriving.start()
+    try:
+        return drain(app, clock)
+    finally:
+        arriving.join()
+
+
 def test_a_lone_team_uses_every_idle_slot(app, producer, receiver, clock):
     app.config.update(PROMESA_MAX_IN_FLIGHT=8, PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION=4)
     for _ in range(4):
@@ -164,12 +174,7 @@ def test_a_team_holding_every_slot_does_not_hold_back_a_newcomer(app, client, re
     beta_items = work.pop_ready(100)  # beta's work arrives later, while alpha holds every slot
     for _ in range(10):
         alpha.publish()
-    arriving = threading.Timer(0.4, work.push, [beta_items])
-    arriving.start()
-    try:
-        stats = drain(app, clock)
-    finally:
-        arriving.join()
+    stats = drain_while_arriving(app, clock, beta_items, after=0.4)
     assert stats.succeeded == 13
     alpha_at = sorted(r.at for r in receiver.requests if r.path.endswith("/alpha"))
     beta_at = [r.at for r in receiver.requests if r.path == "/ok"]
@@ -192,12 +197,7 @@ def test_work_waiting_here_that_cannot_start_does_not_keep_another_team_in_redis
     beta_items = work.pop_ready(100)  # beta's work arrives later, while alpha's waits in the drain
     for _ in range(6):
         alpha.publish("a.thing")
-    arriving = threading.Timer(0.3, work.push, [beta_items])
-    arriving.start()
-    try:
-        stats = drain(app, clock)
-    finally:
-        arriving.join()
+    stats = drain_while_arriving(app, clock, beta_items, after=0.3)
     assert stats.succeeded == 19
     alpha_at = sorted(r.at for r in receiver.requests if "/alpha" in r.path)
     beta_at = [r.at for r in receiver.requests if r.path == "/ok"]
