@@ -552,9 +552,9 @@ class DeliveryEngine:
         started = time.monotonic()
         deadline = started + budget_seconds
         # Past its budget, a drain still holding requests (a slow endpoint's) goes on serving work that
-        # ends before they do, until the last of them has timed out at the latest: a drain that stopped
-        # popping at its budget left every other team waiting up to an attempt's timeout (one worker
-        # runs one drain at a time). A stopping worker ends without that grace.
+        # ends before they do, until the last of them has timed out at the latest (and what it started
+        # meanwhile): a drain that stopped popping at its budget left every other team waiting up to an
+        # attempt's timeout (one worker runs one drain at a time). A stopping worker ends without that grace.
         closing_at = None
         grace_ends_at = latest_end = 0.0
         next_heartbeat = started + HEARTBEAT_SECONDS
