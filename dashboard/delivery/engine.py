@@ -552,16 +552,18 @@ class DeliveryEngine:
         started = time.monotonic()
         deadline = started + budget_seconds
         # Past its budget, a drain still holding requests (a slow endpoint's) goes on serving work that
-        # ends before they do, until the last of them has timed out at the latest: a drain that stopped
-        # popping at its budget left every other team waiting up to an attempt's timeout (one worker
-        # runs one drain at a time). A stopping worker ends without that grace.
+        # ends before they do, until the last of them has timed out at the latest (and what it started
+        # meanwhile): a drain that stopped popping at its budget left every other team waiting up to an
+        # attempt's timeout (one worker runs one drain at a time). A stopping worker ends without that grace.
         closing_at = None
+        grace_ends_at = latest_end = 0.0
         next_heartbeat = started + HEARTBEAT_SECONDS
         busy = False  # since the last heartbeat, did a pop take all it asked for (more work than this drain)?
         renew_every = self.lease_seconds * LEASE_RENEW_FRACTION
         next_renewal = started + renew_every
         idle_since = None
         next_pop = 0.0  # after an empty pop: do not ask Redis on every completion
+        polled_skip: set = set()  # the teams that empty pop skipped
         gather_until = 0.0  # after a small pop that emptied the list: let arrivals gather
         while True:
             now = time.monotonic()
@@ -570,7 +572,13 @@ class DeliveryEngine:
             if closing_at is None and now >= deadline:
                 closing_at = max([deadline, *(began + item.attempt_timeout + 1.0
                                               for item, _, _, began in run.in_flight.values())])
-                run.closing_at = closing_at
+                grace_ends_at = closing_at
+                # What starts in the grace may carry it on while it is on the wire, once by as long again
+                # at most: the drain serves until then instead of waiting idle for its last requests.
+                latest_end = closing_at + (closing_at - deadline)
+            if closing_at is not None and not self.stopping.is_set():
+                closing_at = run.closing_at = min(latest_end, max([grace_ends_at, *(
+                    began + item.attempt_timeout + 1.0 for item, _, _, began in run.in_flight.values())]))
             if now >= next_renewal:
                 run.renew_leases()
                 next_renewal = now + renew_every
@@ -582,16 +590,22 @@ class DeliveryEngine:
             least_share = self.max_in_flight // (len(run.active) + 1)  # no team is full below it
             full = run.full_teams() if run.slots >= least_share or run.local >= LOCAL_CAPACITY * least_share else ()
             room = min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight * (2 if full else 1) - run.local)
-            # With work waiting here, refill only once half the room is free: a claim of a few
-            # deliveries costs the database nearly what a claim of a hundred does.
-            refill = room >= min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2) or not run.waiting_total
-            if ((closing_at is None or now < closing_at) and run.claiming is None and refill and room > 0
-                    and (len(run.in_flight) < self.max_in_flight or full) and now >= max(next_pop, gather_until)):
-                items = self.work.pop_ready(room, full)
+            # A team with work waiting here is refilled only once half the room is free: a claim of a few
+            # deliveries costs the database nearly what a claim of a hundred does. Until then pops skip it,
+            # and only it: one team's backlog here never keeps another team's work in Redis.
+            skip = full
+            if run.waiting_total and room < min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2):
+                skip = {*full, *run.team_waiting}
+            # After a pop that skipped teams and found nothing, the next waits a little (a newcomer is all it
+            # can find), unless a team has stopped being skipped.
+            if ((closing_at is None or now < closing_at) and run.claiming is None and room > 0
+                    and (len(run.in_flight) < self.max_in_flight or skip) and now >= gather_until
+                    and (now >= next_pop or not polled_skip <= set(skip))):
+                items = self.work.pop_ready(room, skip)
                 popped = len(items)
                 busy = busy or popped == room
                 if not popped:
-                    next_pop = now + POLL_SECONDS
+                    next_pop, polled_skip = now + (GATHER_SECONDS if skip else POLL_SECONDS), set(skip)
                 elif _gathers_next(popped, room, self.max_in_flight):
                     gather_until = now + GATHER_SECONDS
                 ids = await run.admit(items)
@@ -850,9 +864,12 @@ class _Drain:
         held = self.per_subscription[sub]
         if held >= engine.cap(sub):
             return False
-        if self.closing_at is not None and not (
-                engine._avg_seconds.get(sub, item.attempt_timeout) < self.closing_at - time.monotonic()):
-            return False  # too slow to end in the drain's grace: handed back at its end
+        if self.closing_at is not None:
+            # Past the budget, known-slow work is handed back at the end. Work this worker has not timed yet
+            # starts (its timeout bounds it): refused, a newcomer's first delivery waited out the whole grace.
+            expected = engine._avg_seconds.get(sub)
+            if expected is not None and expected >= self.closing_at - time.monotonic():
+                return False
         share = self.share(team)
         if self.team_slots.get(team, 0) < share:
             if self.slots >= 2 * engine.max_in_flight:

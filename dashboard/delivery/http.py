@@ -127,7 +127,8 @@ def headers_text(raw: tuple[tuple[bytes, bytes], ...], limit: int = RESPONSE_HEA
 def client_session(limit: int, allow_private: bool) -> aiohttp.ClientSession:
     """The session deliveries (and receiver checks) are sent with; create it inside a running event loop."""
     # Pooled keep-alive connections; DNS cannot steer a request inward unless private targets are allowed.
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0,
+    # A tenant's connections, to one host or all, are bounded by its slots (docs/scheduler.md); the pool is their hard bound.
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit,
                                      resolver=None if allow_private else PublicOnlyResolver(),
                                      socket_factory=None if allow_private else public_socket)
     # No cookie jar: endpoints of different teams share hosts, and a cookie one of them sets

@@ -125,6 +125,16 @@ def drain(app, clock):
     return engine.drain(None, 20)
 
 
+def drain_while_arriving(app, clock, items: list[str], after: float):
+    """Drain while another team's `items` arrive in Redis `after` seconds in."""
+    arriving = threading.Timer(after, WorkQueue.for_app(app).push, [items])
+    arriving.start()
+    try:
+        return drain(app, clock)
+    finally:
+        arriving.join()
+
+
 def test_a_lone_team_uses_every_idle_slot(app, producer, receiver, clock):
     app.config.update(PROMESA_MAX_IN_FLIGHT=8, PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION=4)
     for _ in range(4):
@@ -164,12 +174,7 @@ def test_a_team_holding_every_slot_does_not_hold_back_a_newcomer(app, client, re
     beta_items = work.pop_ready(100)  # beta's work arrives later, while alpha holds every slot
     for _ in range(10):
         alpha.publish()
-    arriving = threading.Timer(0.4, work.push, [beta_items])
-    arriving.start()
-    try:
-        stats = drain(app, clock)
-    finally:
-        arriving.join()
+    stats = drain_while_arriving(app, clock, beta_items, after=0.4)
     assert stats.succeeded == 13
     alpha_at = sorted(r.at for r in receiver.requests if r.path.endswith("/alpha"))
     beta_at = [r.at for r in receiver.requests if r.path == "/ok"]
@@ -177,3 +182,23 @@ def test_a_team_holding_every_slot_does_not_hold_back_a_newcomer(app, client, re
     team_a, team_b = str(alpha.team.id), str(beta.team.id)
     assert stats.peak_by_team[team_a] == 8  # alone, alpha took every idle slot
     assert stats.peak_by_team[team_b] >= 1 and 8 < stats.peak_in_flight <= 16  # beta's share, past the slots
+
+
+def test_work_waiting_here_that_cannot_start_does_not_keep_another_team_in_redis(app, client, receiver, clock):
+    """Team A's subscriptions are each at their own cap, well below A's share: what waits of them here
+    cannot start, and with that much claimed the drain's room is less than half free."""
+    app.config.update(PROMESA_MAX_IN_FLIGHT=8)
+    alpha, beta = Producer(client, "alpha"), Producer(app.test_client(), "beta")
+    for n in range(3):
+        alpha.subscribe(receiver.url + f"/slow/0.8/alpha{n}", max_in_flight=1, event_types=["a.*"])
+    beta.subscribe(receiver.url + "/ok", event_types=["b.*"])
+    beta.publish("b.thing")
+    work = WorkQueue.for_app(app)
+    beta_items = work.pop_ready(100)  # beta's work arrives later, while alpha's waits in the drain
+    for _ in range(6):
+        alpha.publish("a.thing")
+    stats = drain_while_arriving(app, clock, beta_items, after=0.3)
+    assert stats.succeeded == 19
+    alpha_at = sorted(r.at for r in receiver.requests if "/alpha" in r.path)
+    beta_at = [r.at for r in receiver.requests if r.path == "/ok"]
+    assert len(beta_at) == 1 and beta_at[0] < alpha_at[0] + 0.8  # before alpha's first answer

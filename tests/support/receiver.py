@@ -7,6 +7,7 @@
   /status/<code>    that status (e.g. /status/400, /status/410, /status/429)
   /ratelimit/<s>    429 with Retry-After: <s>
   /cookie           200 with a Set-Cookie (which a sender must never send back)
+  /hang-after-head/<seconds>  200 and its headers at once, then nothing for that long (the body never comes)
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class Receiver:
                     n = receiver.hits[self.path]
                     receiver.requests.append(Received(self.path, dict(self.headers), body, time.time()))
                     receiver.arrived.notify_all()
+                if self.path.startswith("/hang-after-head/"):
+                    return self.hang_after_head(float(self.path.rsplit("/", 1)[1]))
                 status, headers = receiver.behaviour(self.path, n)
                 payload = f"status {status} from {self.path}".encode()
                 self.send_response(status)
@@ -65,6 +68,14 @@ class Receiver:
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the sender gave up (timeout); that is the point of some tests
+
+            def hang_after_head(self, seconds: float):
+                self.send_response(200)
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                self.wfile.flush()
+                time.sleep(seconds)
+                self.close_connection = True
 
         self.server = _Server(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
