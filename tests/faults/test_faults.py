@@ -195,10 +195,10 @@ def test_promesa_up_restarts_a_child_that_dies(stack, producer, receiver):
     producer.subscribe(receiver.url + "/ok")
     stack.start()
     children = stack.children()
-    assert len(children) == 4  # web, two workers, sweeper
+    assert len(children) == 6  # web, two delivery workers, a worker for each of the two lanes, sweeper
     victim = max(children)  # the last started: the sweeper
     os.kill(victim, signal.SIGKILL)
-    assert wait_until(lambda: len(stack.children()) == 4 and victim not in stack.children(), timeout=15)
+    assert wait_until(lambda: len(stack.children()) == 6 and victim not in stack.children(), timeout=15)
     accepted, answers = stack.publish(producer.token, 20)  # the web never went away
     assert answers == {202: 20}
     assert wait_until(lambda: unsettled() == 0, timeout=30), unsettled()

@@ -197,8 +197,9 @@ def test_postgres_away_for_20_seconds(outage_app, private_postgres, private_redi
 
             # The workers and the sweeper beat (they are alive, and say so to `promesa status`).
             conn = redis.Redis(unix_socket_path=str(private_redis.socket))
-            beats = Counter(b["kind"] for b in heartbeat.live(conn, "pgout"))
-            assert beats == {"worker": 2, "sweeper": 1}, beats
+            beats = Counter((b["kind"], b.get("lane")) for b in heartbeat.live(conn, "pgout"))
+            assert beats == {("worker", "deliveries"): 2, ("worker", "checks"): 1, ("worker", "repairs"): 1,
+                             ("sweeper", None): 1}, beats
 
             figures = close_the_books(handed, receiver, in_flight_bound=IN_FLIGHT_PER_ENDPOINT)
             # Requests on the wire when it went were recorded once it was back (else sent again, and counted).
