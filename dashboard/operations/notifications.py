@@ -40,6 +40,7 @@ from dashboard.core import crypto
 from dashboard.core.clock import iso
 from dashboard.core.extensions import db
 from dashboard.core.ids import new_ids
+from dashboard.core.links import absolute
 from dashboard.core.validation import ApiError
 from dashboard.delivery.targets import url_problem
 from dashboard.ingest.accept import insert_rows, thin_body
@@ -127,10 +128,6 @@ def store_events(team_id: int, event_type: str, data: dict, bodies: dict[str, Ca
     return len(delivery_rows)
 
 
-def link(path: str) -> str:
-    return current_app.config["PROMESA_BASE_URL"].rstrip("/") + path
-
-
 def slack_escape(text: str) -> str:
     """Slack's three control characters, escaped as Slack asks: text from receivers stays text."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -154,7 +151,7 @@ def notify(kind: str, *, text: str, path: str, data: dict, team_id: int | None =
     "replayed": 40}). `to_sinks`: False for the team alone; `not_to`: sinks' subscriptions left out (a failing
     sink is not told about itself)."""
     event_type = f"promesa.{kind}"
-    data = {**data, "url": link(path)}
+    data = {**data, "url": absolute(path)}
     thin = _thin(event_type, data)
     staged = 0
     if kind in SINK_NOTIFICATIONS and to_sinks:
@@ -162,7 +159,7 @@ def notify(kind: str, *, text: str, path: str, data: dict, team_id: int | None =
                  select(NotificationSink.subscription_id, NotificationSink.kind, NotificationSink.team_ids,
                         NotificationSink.kinds)).all() if hears(teams, kinds, kind, team_id) and sub_id not in not_to]
         if sinks:
-            message = json.dumps({"text": f"{slack_escape(text)} <{slack_escape(link(path))}|Open in Promesa>"})
+            message = json.dumps({"text": f"{slack_escape(text)} <{slack_escape(absolute(path))}|Open in Promesa>"})
             slack = lambda _event_id: message  # noqa: E731 - Slack reads its own shape, without our id
             bodies = {sub_id: slack if sink_kind == "slack" else thin for sub_id, sink_kind in sinks}
             staged += store_events(system_team().id, event_type, data, bodies)
@@ -455,10 +452,10 @@ def send_test(sink: NotificationSink, actor: tuple[str, str] | None = None) -> s
     """A test message to this one sink, whatever its filter says, through the same deliveries as the real ones.
     Returns the delivery's id (its page says how the sink answered)."""
     now = current_app.config["CLOCK"].now()
-    data = {"sink_id": sink.id, "test": True, "url": link("/sinks")}
+    data = {"sink_id": sink.id, "test": True, "url": absolute("/sinks")}
     if sink.kind == "slack":
         message = json.dumps({"text": f"Test message from Promesa to the sink {slack_escape(sink.name or sink.id)}: "
-                                      f"notifications will arrive here. <{link('/sinks')}|Open in Promesa>"})
+                                      f"notifications will arrive here. <{absolute('/sinks')}|Open in Promesa>"})
         body = lambda _event_id: message  # noqa: E731 - Slack reads its own shape
     else:
         body = _thin(f"promesa.{SINK_TEST}", data)

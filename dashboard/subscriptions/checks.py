@@ -22,7 +22,6 @@ import datetime as dt
 import logging
 import time
 from typing import Self
-from urllib.parse import urlsplit
 
 import redis
 from flask import current_app
@@ -35,6 +34,7 @@ from dashboard import audit
 from dashboard.core import crypto
 from dashboard.core.clock import unix
 from dashboard.core.extensions import db
+from dashboard.core.links import absolute_for
 from dashboard.core.validation import ApiError
 from dashboard.delivery import http
 from dashboard.delivery.ratelimit import MAX_WAIT_SECONDS, RateLimiter
@@ -85,11 +85,8 @@ def latest_failed(subscription_ids: list[str]) -> set[str]:
 
 
 def contract_url(sub: Subscription) -> str:
-    """The subscription's contract page, linked from the check's advice: at PROMESA_BASE_URL, never at the
-    request's Host (a client chooses that one, and the link would send a receiver's developer there)."""
-    base = urlsplit(current_app.config["PROMESA_BASE_URL"])
-    adapter = current_app.url_map.bind(base.netloc, script_name=base.path or "/", url_scheme=base.scheme or "https")
-    return adapter.build("pages.contract", {"subscription_id": sub.id}, force_external=True)
+    """The subscription's contract page, linked from the check's advice."""
+    return absolute_for("pages.contract", subscription_id=sub.id)
 
 
 def latest_of_team(team_id: int) -> Check | None:

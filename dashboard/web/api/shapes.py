@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import current_app
 
 from dashboard.core.clock import iso
+from dashboard.core.links import absolute
 from dashboard.models import (
     Attempt,
     Check,
@@ -19,7 +20,6 @@ from dashboard.models import (
 )
 from dashboard.ingest import quotas
 from dashboard.operations import incidents as incident_service
-from dashboard.operations import notifications
 from dashboard.operations import replays as replay_service
 from dashboard.operations.incident_rules import title
 from dashboard.subscriptions import rotation
@@ -105,7 +105,7 @@ def incident(i: Incident) -> dict:
             "first_seen_at": iso(i.first_seen_at), "acknowledged_at": iso(i.acknowledged_at),
             "acknowledged_by": i.acknowledged_by, "note": i.acknowledged_note, "snoozed_until": iso(i.snoozed_until),
             "resolved_at": iso(i.resolved_at), "resolved_by": i.resolved_by,
-            "url": notifications.link(f"/incidents/{i.id}")}
+            "url": absolute(f"/incidents/{i.id}")}
 
 
 def team(t: Team) -> dict:
