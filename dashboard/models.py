@@ -35,6 +35,11 @@ from dashboard.core.ids import new_id
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
+# The type of the event "Send test event" sends: delivered and listed like any other, but no health figure
+# (outcome counts, success rates, incident rules) counts it, so trying an endpoint never makes it look broken.
+TEST_EVENT_TYPE = "promesa.test"
+
+
 class DeliveryState:
     PENDING = "pending"
     SCHEDULED = "scheduled"

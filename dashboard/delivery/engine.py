@@ -58,6 +58,7 @@ from dashboard.delivery import http
 from dashboard.delivery.policies import Decision, Outcome, decide, policy_for
 from dashboard.delivery.ratelimit import RateLimiter, at_turn
 from dashboard.models import (
+    TEST_EVENT_TYPE,
     Attempt,
     Delivery,
     DeliveryState,
@@ -393,10 +394,11 @@ class DeliveryEngine:
             except Exception as exc:  # noqa: BLE001 - a bug in one decision is that attempt's error, not the batch's
                 outcome, decision = self._fallback_decision(item, exc, now)
                 attempts[-1] = attempts[-1][:5] + (outcome.error,) + attempts[-1][6:]
-            count = counts.setdefault((item.subscription_id, outcomes.minute_of(attempted_at)), [0, 0, 0, 0])
-            count[0 if outcome.succeeded else 1] += 1
-            count[2] += decision.state == DeliveryState.DEAD
-            count[3] += result.duration_ms
+            if item.event_type != TEST_EVENT_TYPE:
+                count = counts.setdefault((item.subscription_id, outcomes.minute_of(attempted_at)), [0, 0, 0, 0])
+                count[0 if outcome.succeeded else 1] += 1
+                count[2] += decision.state == DeliveryState.DEAD
+                count[3] += result.duration_ms
             if decision.next_attempt_at is None:
                 key = (token, decision.state, item.attempt_number, outcome.status_code, outcome.error)
                 settled.setdefault(key, []).append(item.delivery_id)

@@ -14,8 +14,11 @@ import redis
 from sqlalchemy import and_, func, select
 
 from dashboard.models import (
+    TEST_EVENT_TYPE,
     Delivery,
     DeliveryState,
+    Event,
+    Incident,
     OutcomeCount,
     Subscription,
     SubscriptionState,
@@ -28,6 +31,13 @@ WAITING_STATES = DeliveryState.OWED
 SPARKLINE_HOURS = 24
 
 
+# Deliveries that have not reached their receiver although they were due: retrying, paused or given up.
+UNDELIVERED_STATES = (DeliveryState.SCHEDULED, DeliveryState.HELD, DeliveryState.DEAD)
+# Below this share of events delivered (or of attempts succeeded, while events go undelivered), a figure is red.
+HEALTHY_SHARE = 0.95
+_STATE_RANK = {SubscriptionState.DISABLED: 0, SubscriptionState.PAUSED: 1}
+
+
 @dataclass
 class OverviewRow:
     sub: Subscription
@@ -36,6 +46,8 @@ class OverviewRow:
     oldest_due_at: dt.datetime | None = None
     last_success_at: dt.datetime | None = None
     failing_since: dt.datetime | None = None
+    incident: Incident | None = None  # its unresolved incident, if one is open
+    undelivered_tests: int = 0  # test events among the undelivered deliveries: no health figure counts them
 
     @property
     def dead(self) -> int:
@@ -43,7 +55,7 @@ class OverviewRow:
 
     @functools.cached_property
     def day(self) -> outcomes.Bucket:
-        """The last 24 h summed."""
+        """The last 24 h summed (test events are never counted: dashboard.models.TEST_EVENT_TYPE)."""
         total = outcomes.Bucket(self.hourly[0].start if self.hourly else None)
         for b in self.hourly:
             total.succeeded += b.succeeded
@@ -52,18 +64,46 @@ class OverviewRow:
         return total
 
     @property
+    def undelivered(self) -> int:
+        """Events due to this endpoint and not delivered now: retrying, held, or dead letters."""
+        return max(0, sum(self.waiting.get(state, 0) for state in UNDELIVERED_STATES) - self.undelivered_tests)
+
+    @property
+    def delivered_share(self) -> float | None:
+        """Of the events delivered in the last 24 h and those not delivered now, the share delivered:
+        an endpoint that failed many attempts but delivered every event in the end is at 100 %."""
+        delivered = self.day.succeeded
+        return delivered / (delivered + self.undelivered) if delivered + self.undelivered else None
+
+    @property
+    def events_unhealthy(self) -> bool:
+        return self.delivered_share is not None and self.delivered_share < HEALTHY_SHARE
+
+    @property
+    def attempts_unhealthy(self) -> bool:
+        """A low attempt rate needs attention while events go undelivered, not once every one arrived."""
+        rate = self.day.success_rate
+        return rate is not None and rate < HEALTHY_SHARE and (self.undelivered > 0 or self.failing_since is not None)
+
+    @property
     def severity(self) -> int:
-        """0 is worst: disabled or failing now; 1: dead letters waiting or paused; 2: healthy."""
-        if self.sub.state == SubscriptionState.DISABLED or self.failing_since is not None:
+        """0 is worst: an open incident, disabled or failing now; 1: dead letters, paused, events undelivered;
+        2: healthy."""
+        if self.incident is not None or self.sub.state == SubscriptionState.DISABLED \
+                or self.failing_since is not None:
             return 0
-        if self.dead or self.sub.state == SubscriptionState.PAUSED:
+        if self.dead or self.sub.state == SubscriptionState.PAUSED or self.events_unhealthy:
             return 1
         return 2
 
     def sort_key(self, now: dt.datetime):
-        rate = self.day.success_rate
+        """What needs a person now comes first: an open incident, then dead letters (the most first), then
+        failing (the longest first), disabled or paused, then the share of events delivered and of attempts."""
+        share, rate = self.delivered_share, self.day.success_rate
         waited = (now - self.oldest_due_at).total_seconds() if self.oldest_due_at else 0
-        return (self.severity, 1.0 if rate is None else rate, -self.dead, -waited, self.sub.url)
+        return (self.incident is None, -self.dead, self.failing_since is None, self.failing_since or now,
+                _STATE_RANK.get(self.sub.state, 2), 1.0 if share is None else share, 1.0 if rate is None else rate,
+                -waited, self.sub.url)
 
 
 def overview_rows(session, subs: list[Subscription], now: dt.datetime) -> list[OverviewRow]:
@@ -82,7 +122,23 @@ def overview_rows(session, subs: list[Subscription], now: dt.datetime) -> list[O
     for sub_id, last_ok, failing in session.execute(_streaks(ids)):
         rows[sub_id].last_success_at = last_ok
         rows[sub_id].failing_since = failing
+    for incident in session.scalars(select(Incident).where(Incident.subscription_id.in_(ids),
+                                                           Incident.resolved_at.is_(None))):
+        rows[incident.subscription_id].incident = incident
+    undelivered = [sub_id for sub_id, row in rows.items() if row.undelivered]
+    if undelivered:
+        for sub_id, n in session.execute(_undelivered_tests(undelivered)):
+            rows[sub_id].undelivered_tests = n
     return sorted(rows.values(), key=lambda h: h.sort_key(now))
+
+
+def _undelivered_tests(ids: list[str]):
+    """Per subscription, its undelivered deliveries of test events, found from the few events of that type."""
+    return (select(Delivery.subscription_id, func.count())
+            .join(Event, Event.key == Delivery.event_key)
+            .where(Event.type == TEST_EVENT_TYPE, Delivery.subscription_id.in_(ids),
+                   Delivery.state.in_(UNDELIVERED_STATES))
+            .group_by(Delivery.subscription_id))
 
 
 def _backlog(ids: list[str], now: dt.datetime):

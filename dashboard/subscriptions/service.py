@@ -16,6 +16,7 @@ from dashboard.delivery.targets import url_problem
 from dashboard.ingest import quotas
 from dashboard.ingest.accept import ingest_many
 from dashboard.models import (
+    TEST_EVENT_TYPE,
     Delivery,
     DeliveryState,
     Event,
@@ -188,9 +189,6 @@ def _release(sub: Subscription, action: str, detail: dict | None = None) -> int:
     db.session.commit()
     enqueue([work_item(sub.id, i) for i in ids])
     return len(ids)
-
-
-TEST_EVENT_TYPE = "promesa.test"
 
 
 def send_test_event(sub: Subscription) -> tuple[str, str]:

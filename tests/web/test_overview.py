@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from dashboard.stats import overview as overview_figures
 from dashboard.core.extensions import db
@@ -80,3 +80,75 @@ def test_each_backlog_figure_is_read_from_an_index_alone(app, producer, receiver
     assert len(scans) == len(DeliveryState.OWED) + len(DeliveryState.DUE), plan
     # Every figure is read from an index alone: no table rows, no rows read and then filtered out.
     assert all(scan.startswith("->  Index Only Scan") for scan in scans) and "Filter:" not in plan, plan
+
+
+def _outage_with_an_incident(app, client, auth, producer, receiver, clock):
+    """Two endpoints during an outage: one failing for minutes with 10 attempts and nothing given up yet;
+    one whose 20 deliveries an operator gave up on (20 dead letters, an open incident), answering again now."""
+    from dashboard.operations import incidents
+
+    failing = producer.subscribe(receiver.url + "/status/500", event_types=["a.happened"], description="failing")
+    given_up = producer.subscribe(receiver.url + "/flaky/20", event_types=["b.happened"], description="given-up")
+    for _ in range(10):
+        producer.publish("a.happened")
+    for _ in range(20):
+        producer.publish("b.happened")
+    pipeline.deliver_due(app, clock)
+    auth.login("operator")
+    assert client.post(f"/subscriptions/{given_up['id']}/give-up",
+                       data={"csrf_token": auth.csrf()}).status_code == 302
+    incidents.check_rules(clock.now())
+    producer.publish("b.happened")  # the 21st request: the receiver answers again
+    pipeline.deliver_due(app, clock)
+    clock.advance(minutes=2)
+    return failing, given_up
+
+
+def test_an_endpoint_with_dead_letters_and_an_open_incident_ranks_above_one_only_failing(
+        app, client, auth, producer, receiver, users, clock):
+    failing, given_up = _outage_with_an_incident(app, client, auth, producer, receiver, clock)
+    rows = _rows(client.get("/").get_data(as_text=True))
+    assert [given_up["id"] in rows[0], failing["id"] in rows[1]] == [True, True]
+
+
+def test_a_row_links_to_its_open_incident(app, client, auth, producer, receiver, users, clock):
+    from dashboard.models import Incident
+
+    failing, given_up = _outage_with_an_incident(app, client, auth, producer, receiver, clock)
+    incident = db.session.scalar(select(Incident).where(Incident.subscription_id == given_up["id"]))
+    rows = _rows(client.get("/").get_data(as_text=True))
+    row = next(r for r in rows if given_up["id"] in r)
+    assert f'href="/incidents/{incident.id}"' in row and "open incident" in row
+    assert "incident" not in next(r for r in rows if failing["id"] in r)
+
+
+def test_a_recovered_endpoint_whose_every_event_was_delivered_is_not_red(
+        app, client, auth, producer, receiver, users, clock):
+    sub = producer.subscribe(receiver.url + "/flaky/16")
+    for _ in range(5):
+        producer.publish()
+    for _ in range(6):  # 5 failures, 5, 5, then 1 and 4 successes, then the last success: 5 of 21 attempts
+        pipeline.deliver_due(app, clock)
+        clock.advance(hours=1)
+    assert receiver.count() == 21
+    auth.login("oncall")
+    [row] = _rows(client.get("/").get_data(as_text=True))
+    assert sub["id"] in row
+    assert "100 % of events delivered" in row and "23.8 % of attempts succeeded" in row
+    assert 'class="bad"' not in row
+
+
+def test_a_failed_test_event_leaves_the_health_figures_alone(app, client, auth, producer, receiver, users, clock):
+    sub = producer.subscribe(receiver.url + "/flaky/1")  # the test event's request fails, later ones succeed
+    auth.login("owner")
+    assert client.post(f"/subscriptions/{sub['id']}/test", data={"csrf_token": auth.csrf()}).status_code in (200, 302)
+    pipeline.deliver_due(app, clock)
+    for _ in range(3):
+        producer.publish()
+    pipeline.deliver_due(app, clock)
+    assert receiver.count() == 4
+    [row] = _rows(client.get("/").get_data(as_text=True))
+    assert "100 % of attempts succeeded" in row and "3 attempts" in row and "100 % of events delivered" in row
+    assert 'class="bad"' not in row and "Failing" not in row
+    chart = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
+    assert "<title>Succeeded: 3</title>" in chart and "<title>Failed:" not in chart  # the subscription's chart too
