@@ -121,16 +121,21 @@ class Diagnosis:
     since: dt.datetime
     attempts: int
     failures: int
-    p95_ms: int | None  # answer time of the window's attempts (timeouts included, at their duration)
+    p95_ms: int | None  # answer time of the window's answered attempts (timeouts included, at their duration)
     groups: list[Group]
     limit_seconds: float  # the subscription's whole-attempt timeout (10 s unless lowered)
 
     def advice(self, group: Group) -> str:
         text = ADVICE[group.cause].format(limit=self.limit_seconds)
         if group.cause == "timeout" and self.p95_ms is not None:
-            text = (f"95% of answers took up to {self.p95_ms / 1000:.1f} s, against the "
+            text = (f"95 % of attempts took up to {readable_ms(self.p95_ms)}, against the "
                     f"{self.limit_seconds:g} s limit. " + text)
         return text
+
+
+def readable_ms(ms: int) -> str:
+    """A duration as people read it: "40 ms" under a second, "1.2 s" from one on."""
+    return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
 
 
 def p95(durations: list[int]) -> int | None:
@@ -148,8 +153,11 @@ def diagnose(sub: Subscription, now: dt.datetime) -> Diagnosis:
         .where(Delivery.subscription_id == sub.id, Attempt.attempted_at >= since, Attempt.attempted_at <= now)
         .order_by(Attempt.attempted_at.desc(), Attempt.id.desc()).limit(MAX_ATTEMPTS)).all()
     groups: dict[str, Group] = {}
+    timed: list[int] = []  # answers and timeouts: a refused connection or a failed lookup measures nothing
     for row in rows:  # newest first: the first of each cause is its example
         found = cause(row.status_code, row.error)
+        if row.status_code is not None or found == "timeout":
+            timed.append(row.duration_ms)
         if found is None:
             continue
         group = groups.setdefault(found, Group(found))
@@ -161,7 +169,7 @@ def diagnose(sub: Subscription, now: dt.datetime) -> Diagnosis:
             group.status_codes.add(row.status_code)
     ordered = sorted(groups.values(), key=lambda g: (-g.count, ORDER.index(g.cause)))
     return Diagnosis(since=since, attempts=len(rows), failures=sum(g.count for g in ordered),
-                     p95_ms=p95([row.duration_ms for row in rows]), groups=ordered,
+                     p95_ms=p95(timed), groups=ordered,
                      limit_seconds=sub.attempt_timeout)
 
 

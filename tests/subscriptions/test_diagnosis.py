@@ -4,6 +4,7 @@ failures); asking for it sends nothing."""
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 
@@ -108,3 +109,17 @@ def test_failures_are_grouped_counted_and_ordered_within_the_window(app, produce
     later = diagnosis(producer, sub["id"])
     assert (later["attempts"], later["groups"]) == (0, [])  # older than the window
     assert receiver.count() == received  # asking sends nothing
+
+
+@sqlite_only
+def test_answer_times_are_said_in_ms_under_a_second_and_not_at_all_when_nothing_answered(
+        app, client, auth, users, producer, receiver, clock):
+    answering = producer.subscribe(receiver.url + "/status/503")
+    refused = producer.subscribe(closed_port_url())
+    producer.publish()
+    deliver_due(app, clock)
+    auth.login("owner")
+    answered = client.get(f"/subscriptions/{answering['id']}").get_data(as_text=True)
+    assert re.search(r"1 of 1 attempts failed; 95 % answered within \d{1,3} ms \(the limit: 10 s\)\.", answered)
+    unanswered = client.get(f"/subscriptions/{refused['id']}").get_data(as_text=True)
+    assert "1 of 1 attempts failed." in unanswered and "answered within" not in unanswered  # a refusal measures nothing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from dashboard.subscriptions.diagnosis import readable_ms
 from dashboard.web.pages import bp
 
 
@@ -39,3 +40,10 @@ def percent(rate: float | None) -> str:
         return "—"
     value = rate * 100
     return f"{value:.0f} %" if value in (0, 100) else f"{min(value, 99.9):.1f} %"
+
+
+@bp.app_template_filter("measured_ms")
+def measured_ms(ms: int | None) -> str:
+    """A measured time: "40 ms", "1.2 s", or "—" when nothing was measured."""
+    return "—" if ms is None else readable_ms(ms)
+
