@@ -14,4 +14,4 @@ def by_id(query, id_column, limit: int, cursor: str | None, *, newest_first: boo
     rows = db.session.scalars(query.order_by(id_column.desc() if newest_first else id_column)
                               .limit(limit + 1)).all()
     page = rows[:limit]
-    return page, page[-1].id if len(rows) > limit else None
+    return page, getattr(page[-1], id_column.key) if len(rows) > limit else None

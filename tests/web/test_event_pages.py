@@ -82,3 +82,24 @@ def test_the_delivery_page_shows_the_request_with_a_shortened_signature(app, cli
     assert f"<code>{d.id}</code>" in html and "X-Delivery-Attempt" in html
     assert re.search(r"next attempt at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", html)
     assert ">500<" in html and " ms<" in html
+
+
+def test_the_page_lists_the_recent_events_you_may_see_newest_first_in_pages(
+        app, client, auth, producer, receiver, users, monkeypatch):
+    from dashboard.web.pages import events as events_page
+
+    monkeypatch.setattr(events_page, "RESULTS", 2)
+    first, second, third = (producer.publish("invoice.paid", data={"resource_id": f"inv_{n}"}) for n in range(3))
+    hidden = Producer(client, "other").publish("invoice.paid")
+    auth.login("member")
+
+    html = client.get("/events").get_data(as_text=True)
+    assert 'type="search"' in html  # the search stays
+    shown = re.findall(r'href="/events/(evt_\w+)\?team=acme"', html)
+    assert shown == [third["id"], second["id"]] and hidden["id"] not in html
+    older = re.search(r'href="(/events\?before=[^"]+)">Older', html).group(1)
+    last = client.get(older.replace("&amp;", "&")).get_data(as_text=True)
+    assert re.findall(r'href="/events/(evt_\w+)\?team=acme"', last) == [first["id"]] and "Older" not in last
+
+    auth.login("oncall")
+    assert hidden["id"] in client.get("/events").get_data(as_text=True)

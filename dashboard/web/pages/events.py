@@ -1,4 +1,4 @@
-"""Events: find one by id, type or data.resource_id, and see where it went."""
+"""Events: the recent ones, or find one by id, type or data.resource_id, and see where it went."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from dashboard.accounts import access
+from dashboard.core import paging
 from dashboard.core.extensions import db
 from dashboard.models import Delivery, Event, Team
 from dashboard.web.pages import bp
@@ -30,7 +31,12 @@ def events():
     if by != "any" and by not in FIELDS:
         abort(400, "by must be one of: any, id, resource_id, type")
     found: list[Event] = []
-    if q:
+    older = None
+    if not q:
+        # The newest you may see, a page at a time: keys are time-ordered, so the last one shown starts the next page.
+        found, older = paging.by_id(_visible(select(Event).options(selectinload(Event.team))), Event.key, RESULTS,
+                                    request.args.get("before"))
+    else:
         # Each field has its own index; "any" asks each in turn, newest first, and keeps what they find.
         for name in FIELDS if by == "any" else [by]:
             found += db.session.scalars(_visible(select(Event).options(selectinload(Event.team)))
@@ -39,7 +45,7 @@ def events():
             if len(found) >= RESULTS:
                 break
     unique = list({(e.team_id, e.id): e for e in found}.values())
-    return render_template("events/search.html", q=q, by=by, results=unique, limit=RESULTS)
+    return render_template("events/search.html", q=q, by=by, results=unique, limit=RESULTS, older=older)
 
 
 @bp.get("/events/<event_id>")
@@ -53,7 +59,7 @@ def event(event_id):
     if not matches:
         abort(404)
     if len(matches) > 1:  # two teams chose the same id: let the user pick
-        return render_template("events/search.html", q=event_id, by="id", results=matches, limit=RESULTS)
+        return render_template("events/search.html", q=event_id, by="id", results=matches, limit=RESULTS, older=None)
     ev = matches[0]
     deliveries = db.session.scalars(
         select(Delivery).where(Delivery.event_key == ev.key)
