@@ -82,9 +82,10 @@ def test_each_backlog_figure_is_read_from_an_index_alone(app, producer, receiver
     assert all(scan.startswith("->  Index Only Scan") for scan in scans) and "Filter:" not in plan, plan
 
 
-def _outage_with_an_incident(app, client, auth, producer, receiver, clock):
+def outage_with_an_incident(app, client, auth, producer, receiver, clock, deliver=pipeline.deliver_due):
     """Two endpoints during an outage: one failing for minutes with 10 attempts and nothing given up yet;
-    one whose 20 deliveries an operator gave up on (20 dead letters, an open incident), answering again now."""
+    one whose 20 deliveries an operator gave up on (20 dead letters, an open incident), answering again now.
+    `deliver`: the browser tests' own, which runs the engine beside Playwright's event loop."""
     from dashboard.operations import incidents
 
     failing = producer.subscribe(receiver.url + "/status/500", event_types=["a.happened"], description="failing")
@@ -93,20 +94,20 @@ def _outage_with_an_incident(app, client, auth, producer, receiver, clock):
         producer.publish("a.happened")
     for _ in range(20):
         producer.publish("b.happened")
-    pipeline.deliver_due(app, clock)
+    deliver(app, clock)
     auth.login("operator")
     assert client.post(f"/subscriptions/{given_up['id']}/give-up",
                        data={"csrf_token": auth.csrf()}).status_code == 302
     incidents.check_rules(clock.now())
     producer.publish("b.happened")  # the 21st request: the receiver answers again
-    pipeline.deliver_due(app, clock)
+    deliver(app, clock)
     clock.advance(minutes=2)
     return failing, given_up
 
 
 def test_an_endpoint_with_dead_letters_and_an_open_incident_ranks_above_one_only_failing(
         app, client, auth, producer, receiver, users, clock):
-    failing, given_up = _outage_with_an_incident(app, client, auth, producer, receiver, clock)
+    failing, given_up = outage_with_an_incident(app, client, auth, producer, receiver, clock)
     rows = _rows(client.get("/").get_data(as_text=True))
     assert [given_up["id"] in rows[0], failing["id"] in rows[1]] == [True, True]
 
@@ -114,7 +115,7 @@ def test_an_endpoint_with_dead_letters_and_an_open_incident_ranks_above_one_only
 def test_a_row_links_to_its_open_incident(app, client, auth, producer, receiver, users, clock):
     from dashboard.models import Incident
 
-    failing, given_up = _outage_with_an_incident(app, client, auth, producer, receiver, clock)
+    failing, given_up = outage_with_an_incident(app, client, auth, producer, receiver, clock)
     incident = db.session.scalar(select(Incident).where(Incident.subscription_id == given_up["id"]))
     rows = _rows(client.get("/").get_data(as_text=True))
     row = next(r for r in rows if given_up["id"] in r)
