@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import current_app
 from promesa_receiver import signing
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.orm import selectinload
 
 from dashboard import audit
@@ -267,12 +267,14 @@ def give_up(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
              or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now)]
     if delivery_ids is not None:
         where.append(Delivery.id.in_(delivery_ids))
+    tests = db.session.scalar(select(func.count()).select_from(Delivery).join(Event, Event.key == Delivery.event_key)
+                              .where(*where, Event.type == TEST_EVENT_TYPE))  # test events count in no figure
     given_up = db.session.execute(
         update(Delivery).where(*where)
         .values(state=DeliveryState.DEAD, next_attempt_at=None, dead_lettered_at=now, updated_at=now)
         .execution_options(synchronize_session=False)).rowcount
-    if given_up:  # dead letters on the charts, in /metrics and for the incident rules, as when a schedule runs out
-        outcomes.add(db.session.connection(), {(sub.id, outcomes.minute_of(now)): [0, 0, given_up, 0]})
+    if given_up > tests:  # dead letters on the charts, in /metrics and for the incident rules, as when a schedule ends
+        outcomes.add(db.session.connection(), {(sub.id, outcomes.minute_of(now)): [0, 0, given_up - tests, 0]})
     audit.record("deliveries.given_up", subscription=sub, deliveries=given_up,
                  detail={"delivery_ids": delivery_ids[:20]} if delivery_ids else {"which": "all scheduled"})
     db.session.commit()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from dashboard.core.extensions import db
 from dashboard.models import AuditEntry, Delivery
@@ -56,3 +56,18 @@ def test_the_page_shows_the_outcome_inline_when_it_comes_back(app, client, auth,
     assert "HTTP 503" in answered and "status 503 from /status/503" in answered
     assert "hx-get" not in answered and "hx-trigger" not in answered  # and then stops
     assert client.get(f"/subscriptions/{sub['id']}/test/dlv_unknown").status_code == 404
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_test_event_given_up_on_counts_in_no_health_figure(app, client, auth, producer, receiver, clock, users):
+    from dashboard.models import OutcomeCount
+
+    sub = producer.subscribe(receiver.url + "/status/503")
+    producer.post(f"/api/v1/subscriptions/{sub['id']}/test")
+    producer.publish()
+    deliver_due(app, clock)  # both fail and wait for a retry
+    auth.login("owner")
+    client.post(f"/subscriptions/{sub['id']}/give-up", data={"csrf_token": auth.csrf()})
+    assert db.session.scalar(select(func.count()).select_from(Delivery).where(Delivery.state == "dead")) == 2
+    counted = db.session.execute(select(func.sum(OutcomeCount.failed), func.sum(OutcomeCount.dead))).one()
+    assert tuple(counted) == (1, 1)  # the producer's event alone: its failed attempt, then its dead letter
