@@ -57,7 +57,7 @@ def test_an_admin_adds_a_named_filtered_sink_and_sends_it_a_test_message(app, cl
     resp = client.post("/sinks", data={"csrf_token": auth.csrf(), "name": "#acme-oncall", "kind": "slack",
                                        "url": sink.url + "/services/T0/B0/credential", "teams": ["acme"],
                                        "kinds": ["incident.opened", "incident.resolved"]})
-    assert resp.status_code == 201
+    assert resp.status_code == 303 and resp.headers["Location"] == "/sinks"
     page = client.get("/sinks").get_data(as_text=True)
     assert "#acme-oncall" in page and "incident.opened, incident.resolved · teams acme" in page
     assert "credential" not in page

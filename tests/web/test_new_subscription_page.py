@@ -36,8 +36,11 @@ def test_an_owner_creates_a_subscription_from_the_catalog_and_sees_its_secret_on
     resp = client.post("/subscriptions/new", data={
         **FORM, "csrf_token": auth.csrf(), "team": "acme", "url": receiver.url + "/hook",
         "event_types": ["invoice.paid", "promesa.incident.opened"], "event_patterns": "file.*, file.*"})
-    assert resp.status_code == 201 and resp.headers["Cache-Control"] == "no-store"
     sub = db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/hook"))
+    assert resp.status_code == 303 and resp.headers["Location"] == f"/subscriptions/{sub.id}/created"
+    assert resp.get_data(as_text=True).count("whsec_") == 0  # the secret is on the page it leads to, not here
+    resp = client.get(resp.headers["Location"])
+    assert resp.status_code == 200 and resp.headers["Cache-Control"] == "no-store"
     assert sub.event_types == ["invoice.paid", "promesa.incident.opened", "file.*"]
     assert (sub.retry_policy, sub.signature_scheme, sub.connect_timeout, sub.attempt_timeout, sub.max_age_seconds,
             sub.rate_limit_per_s, sub.max_in_flight, sub.description) == \
@@ -48,6 +51,10 @@ def test_an_owner_creates_a_subscription_from_the_catalog_and_sees_its_secret_on
     assert 'data-copy="new-secret"' in html
     assert f'action="/subscriptions/{sub.id}/checks"' in html and "Run receiver check" in html  # offered, not run
     assert secret not in client.get(f"/subscriptions/{sub.id}").get_data(as_text=True)
+    again = client.get(f"/subscriptions/{sub.id}/created").get_data(as_text=True)  # a reload: shown once only
+    assert secret not in again and "was shown once" in again
+    assert db.session.scalar(select(func.count()).select_from(Subscription)
+                             .where(Subscription.url == receiver.url + "/hook")) == 1
     [created] = db.session.scalars(select(AuditEntry).where(AuditEntry.action == "subscription.created",
                                                            AuditEntry.subscription_id == sub.id))
     assert created.actor == "owner@example.com" and secret not in str(created.detail)
@@ -78,10 +85,10 @@ def test_an_admin_chooses_the_team_and_an_owner_cannot_create_for_another(client
     assert "Choose the team first" in client.get("/subscriptions/new").get_data(as_text=True)
     resp = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "other",
                                                    "url": receiver.url + "/x", "event_types": "*"})
-    assert resp.status_code == 201
+    assert resp.status_code == 303
     assert db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/x")).team.name == "other"
     auth.login("owner")
     resp = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "other",
                                                    "url": receiver.url + "/y", "event_types": "*"})
-    assert resp.status_code == 201  # the owner's own team, whatever was posted
+    assert resp.status_code == 303  # the owner's own team, whatever was posted
     assert db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/y")).team.name == "acme"

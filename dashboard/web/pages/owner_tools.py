@@ -33,7 +33,7 @@ from dashboard.models import Delivery, Team
 from dashboard.operations import notifications
 from dashboard.subscriptions import rotation
 from dashboard.subscriptions import service as subscription_service
-from dashboard.web.pages import bp
+from dashboard.web.pages import bp, shown_once
 
 GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (86400, "24 hours"),
                  (3 * 86400, "3 days"), (7 * 86400, "7 days")]
@@ -161,7 +161,7 @@ def catalog_picker(team, chosen: list[str]) -> dict:
 @login_required
 @owner_action
 def rotate_secret(sub):
-    # A new secret, shown in this answer only; the old one keeps signing through the grace.
+    # A new secret, shown once; the old one keeps signing through the grace.
     try:
         grace = schemas.RotateInput.model_validate(
             {"grace_seconds": int(request.form.get("grace_seconds", rotation.DEFAULT_GRACE_SECONDS))}).grace_seconds
@@ -172,10 +172,25 @@ def rotate_secret(sub):
     except ApiError as exc:
         flash(exc.message, "error")
         return redirect(url_for(".subscription", subscription_id=sub.id))
-    template = "owner_tools/_rotated.html" if request.headers.get("HX-Request") else "owner_tools/rotated.html"
-    response = make_response(render_template(template, sub=sub, secret=secret, tools=panel(sub),
-                                             oob=template.startswith("owner_tools/_")))
-    response.headers["Cache-Control"] = "no-store"  # the secret is in this page: never kept by a cache
+    if request.headers.get("HX-Request"):  # swapped into the page: the URL stays, a reload sends nothing
+        response = make_response(render_template("owner_tools/_rotated.html", sub=sub, secret=secret,
+                                                 tools=panel(sub), oob=True))
+        response.headers["Cache-Control"] = "no-store"  # the secret is in this answer only: never kept by a cache
+        return response
+    return shown_once.show_after_redirect(
+        "rotation", sub.id, secret, url_for(".secret_rotated", subscription_id=sub.id),
+        lambda: render_template("owner_tools/rotated.html", sub=sub, secret=secret, tools=panel(sub)))
+
+
+@bp.get("/subscriptions/<subscription_id>/rotated")
+@login_required
+def secret_rotated(subscription_id):
+    """Where a rotation without htmx leads: the new secret on the first view only."""
+    sub = access.visible_subscription(subscription_id, need=access.can_edit)
+    kept = shown_once.take("rotation", sub.id)
+    response = make_response(render_template("owner_tools/rotated.html", sub=sub, secret=kept[1] if kept else None,
+                                             tools=panel(sub)))
+    response.headers["Cache-Control"] = "no-store"  # the secret is in this page only: never kept by a cache
     return response
 
 
@@ -250,7 +265,7 @@ def new_subscription():
     if request.method == "POST":
         try:
             if team is None:
-                raise ApiError(400, "choose the team the endpoint is for")
+                raise ApiError(400, "choose the team the subscription is for")
             access.require(access.can_create_in(current_user, team.id))
             body = checked(schemas.SubscriptionInput, {**limits_from_form(request.form),
                                                        "url": request.form.get("url", "").strip(),
@@ -260,12 +275,23 @@ def new_subscription():
             db.session.rollback()
             error, status = exc.message, exc.status
         else:
-            response = make_response(render_template("owner_tools/created.html", sub=sub, secret=secret), 201)
-            response.headers["Cache-Control"] = "no-store"  # the secret is in this page only
-            return response
+            return shown_once.show_after_redirect(
+                "subscription", sub.id, secret, url_for(".subscription_created", subscription_id=sub.id),
+                lambda: render_template("owner_tools/created.html", sub=sub, secret=secret))
     form = request.form if request.method == "POST" else None
     chosen = event_types_from_form(form) if form is not None else ["*"]
     return render_template("owner_tools/new.html", teams=teams, team=team, form=form, error=error,
                            policies=POLICY_NAMES, schemes=schemas.SIGNATURE_SCHEMES,
                            in_flight_default=current_app.config["PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION"],
                            picker=catalog_picker(team, chosen)), status
+
+
+@bp.get("/subscriptions/<subscription_id>/created")
+@login_required
+def subscription_created(subscription_id):
+    """Where creating a subscription leads: its signing secret on the first view only, never cached."""
+    sub = access.visible_subscription(subscription_id, need=access.can_edit)
+    kept = shown_once.take("subscription", sub.id)
+    response = make_response(render_template("owner_tools/created.html", sub=sub, secret=kept[1] if kept else None))
+    response.headers["Cache-Control"] = "no-store"  # the secret is in this page only
+    return response
