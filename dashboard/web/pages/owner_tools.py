@@ -34,6 +34,7 @@ from dashboard.operations import notifications
 from dashboard.subscriptions import rotation
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.pages import bp, shown_once
+from dashboard.web.pages.subscriptions import deliveries
 
 GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (86400, "24 hours"),
                  (3 * 86400, "3 days"), (7 * 86400, "7 days")]
@@ -213,7 +214,9 @@ def delete_subscription(sub):
         flash("Not deleted: tick the box to confirm.", "error")
     else:
         cancelled = subscription_service.delete(sub)
-        flash(f"Deleted: nothing more is sent; {cancelled} waiting deliveries were cancelled.", "ok")
+        flash("Deleted: nothing more is sent to it; " + (
+            f"{deliveries(cancelled, 'waiting')} {'was' if cancelled == 1 else 'were'} cancelled." if cancelled
+            else "no deliveries were waiting.") + " Its history stays readable.", "ok")
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
