@@ -9,6 +9,8 @@ import pytest
 from sqlalchemy import func, select
 
 from dashboard.core import crypto
+from dashboard.delivery import policies
+from dashboard.subscriptions import contract
 from dashboard.core.extensions import db
 from dashboard.models import AuditEntry, Subscription
 
@@ -92,3 +94,26 @@ def test_an_admin_chooses_the_team_and_an_owner_cannot_create_for_another(client
                                                    "url": receiver.url + "/y", "event_types": "*"})
     assert resp.status_code == 303  # the owner's own team, whatever was posted
     assert db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/y")).team.name == "acme"
+
+
+def test_ticking_no_event_type_is_a_form_error_never_a_silent_star(client, auth, receiver, users):
+    auth.login("owner")
+    page = client.get("/subscriptions/new").get_data(as_text=True)
+    assert re.search(r'value="\*" checked>\s*<span>All event types', page)  # the default, said in words
+    resp = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "acme",
+                                                   "url": receiver.url + "/none", "event_patterns": " "})
+    assert resp.status_code == 400 and "choose the event types" in resp.get_data(as_text=True)
+    assert db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/none")) is None
+
+
+def test_the_form_says_what_each_retry_policy_does(client, auth, users):
+    auth.login("owner")
+    page = client.get("/subscriptions/new").get_data(as_text=True)
+    exponential = policies.ExponentialPolicy()
+    total = sum(high for _, _, high in exponential.schedule())
+    assert f"<code>exponential</code>: {exponential.max_attempts} attempts" in page
+    assert f"{contract.human(total)} after the first, then the delivery is dead-lettered" in page
+    assert "<code>quick-then-sweep</code>: 3 quick attempts 0.5 s apart" in page and "24 h old" in page
+    typed = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "acme", "url": "x",
+                                                    "max_age_seconds": "7200"}).get_data(as_text=True)
+    assert "until the event is 2 h old" in typed  # the maximum age the form holds
