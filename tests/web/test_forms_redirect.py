@@ -3,11 +3,15 @@ so a reload never sends it twice (issue 36, finding 3). Its errors may answer in
 
 from __future__ import annotations
 
+import re
+
 import pytest
+import redis
 from sqlalchemy import select
 
 from dashboard.core.extensions import db
 from dashboard.models import ApiToken, NotificationSink
+from dashboard.web.pages import shown_once
 from tests.conftest import _csrf_from
 from tests.web.test_new_subscription_page import FORM
 
@@ -70,3 +74,17 @@ def test_every_form_that_creates_or_changes_answers_a_redirect(app, client, auth
     routes = {rule.endpoint for rule in app.url_map.iter_rules()
               if "POST" in rule.methods and app.view_functions[rule.endpoint].__module__ in MODULES}
     assert routes - set(answered) == set(), "a new form: add it here"
+
+
+def test_while_redis_is_away_the_secret_is_shown_in_the_answer_rather_than_lost(client, auth, receiver, users,
+                                                                                   monkeypatch):
+    def away():
+        raise redis.ConnectionError("Redis is away")
+
+    monkeypatch.setattr(shown_once, "connect", away)
+    auth.login("owner")
+    resp = client.post("/tokens", data={"csrf_token": auth.csrf(), "name": "during an outage"})
+    assert resp.status_code == 200 and resp.headers["Cache-Control"] == "no-store"
+    [plaintext] = re.findall(r'id="one-time-secret">([^<]+)<', resp.get_data(as_text=True))
+    token = db.session.scalar(select(ApiToken).where(ApiToken.name == "during an outage"))
+    assert token.token_sha256 == ApiToken.digest(plaintext)

@@ -80,7 +80,9 @@ def change_sink(sink_id):
     except ApiError as exc:
         db.session.rollback()
         return _page(exc.status, error=exc.message)
-    flash(f"Sink {sink.name} changed: {', '.join(changed)}." if changed else "Nothing to change.", "ok")
+    said = ", ".join("notification kinds" if field == "kinds" else field for field in changed)
+    flash(f"Sink {sink.name} changed ({said}): it hears {notifications.describe_filter(sink)}." if changed
+          else "Nothing changed: the form was as saved.", "ok")
     return redirect(url_for(".sinks"))
 
 
