@@ -22,7 +22,7 @@ from dashboard.stats import overview
 
 # Deliveries that have been tried and are not settled well: where the latest failure is found.
 _FAILED_STATES = (DeliveryState.SCHEDULED, DeliveryState.DEAD, DeliveryState.HELD)
-_STATE_ACTIONS = ("subscription.paused", "subscription.disabled")
+_STATE_ACTIONS = ("subscription.paused", "subscription.disabled", "subscription.deleted")
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Status:
     waiting: dict = field(default_factory=dict)
     dead: int = 0
     incidents: list[Incident] = field(default_factory=list)
-    # Who paused or disabled it, and when (the audit entry that did), while it is paused or disabled.
+    # Who paused, disabled or deleted it, and when (the audit entry that did), while it is not active.
     stopped_by: AuditEntry | None = None
 
     @property

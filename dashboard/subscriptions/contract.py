@@ -57,6 +57,21 @@ def schedule(sub: Subscription) -> dict:
                    "(a replay starts the count again)"}
 
 
+def policy_in_words(name: str, max_age_seconds: float) -> str:
+    """What a retry policy does, in one sentence for the form that chooses it: how many attempts, over how
+    long, before the delivery is dead-lettered."""
+    policy = policy_for(name, max_age_seconds)
+    if isinstance(policy, ExponentialPolicy):
+        rows = policy.schedule()
+        return (f"{policy.max_attempts} attempts, each wait {policy.factor:g} times the last, from "
+                f"{human(policy.base_seconds)} up to {human(policy.cap_seconds)} (with jitter): the last comes "
+                f"{human(sum(low for _, low, _ in rows))} to {human(sum(high for _, _, high in rows))} after "
+                "the first, then the delivery is dead-lettered.")
+    return (f"{policy.quick_attempts} quick attempts {human(policy.quick_interval_seconds)} apart, then one about "
+            f"every {human(policy.sweep_interval_seconds)} until the event is {human(max_age_seconds)} old (the "
+            "maximum event age below), then the delivery is dead-lettered.")
+
+
 def signature(sub: Subscription) -> dict:
     if sub.signature_scheme == "standard-webhooks":
         return {"scheme": "Standard Webhooks", "headers": "webhook-id, webhook-timestamp, webhook-signature",

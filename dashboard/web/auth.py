@@ -264,5 +264,6 @@ def change_password():
 def init_app(app) -> None:
     login_manager.init_app(app)
     login_manager.login_view = "auth.login"
+    login_manager.login_message = "Sign in to see this page."  # the words of the form's button and heading
     app.before_request(_end_or_extend_session)
     app.register_blueprint(bp)

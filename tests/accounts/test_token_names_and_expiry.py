@@ -15,7 +15,8 @@ from dashboard.models import ApiToken, ApiTokenUse, AuditEntry
 
 def _create(client, auth, **form):
     resp = client.post("/tokens", data={"csrf_token": auth.csrf(), **form})
-    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert resp.status_code == 303 and resp.headers["Location"] == "/tokens", resp.get_data(as_text=True)
+    resp = client.get("/tokens")
     return re.search(r'id="one-time-secret">([^<]+)<', resp.get_data(as_text=True)).group(1)
 
 

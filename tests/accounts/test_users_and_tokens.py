@@ -74,6 +74,8 @@ def test_an_owner_creates_and_revokes_a_token_of_their_team_only(app, client, au
     auth.login("owner")
     token = auth.csrf()
     resp = client.post("/tokens", data={"csrf_token": token})
+    assert resp.status_code == 303 and "one-time-secret" not in resp.get_data(as_text=True)
+    resp = client.get(resp.headers["Location"])  # the token is on the page the form leads to, once
     assert resp.status_code == 200 and resp.headers["Cache-Control"] == "no-store"
     plaintext = re.search(r'id="one-time-secret">([^<]+)<', resp.get_data(as_text=True)).group(1)
     api = {"Authorization": f"Bearer {plaintext}"}
@@ -95,4 +97,4 @@ def test_an_admin_names_the_team_of_a_new_token(client, auth, producer, users):
     token = auth.csrf()
     assert client.post("/tokens", data={"csrf_token": token}).status_code == 400
     resp = client.post("/tokens", data={"csrf_token": token, "team": "other"})
-    assert resp.status_code == 200 and "New token for other" in resp.get_data(as_text=True)
+    assert resp.status_code == 303 and "New token for other" in client.get("/tokens").get_data(as_text=True)

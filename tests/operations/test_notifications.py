@@ -66,7 +66,8 @@ def test_sinks_on_the_admin_page(client, auth, users, sink):
     resp = client.post("/sinks", data={"csrf_token": auth.csrf(), "name": "n", "kind": "pager", "url": sink.url})
     assert resp.status_code == 400 and b"kind must be one of" in resp.data
     resp = client.post("/sinks", data={"csrf_token": auth.csrf(), "name": "n", "kind": "json", "url": sink.url + "/x/y"})
-    assert resp.status_code == 201 and b"whsec_" in resp.data
+    assert resp.status_code == 303 and b"whsec_" not in resp.data
+    assert "whsec_" in client.get(resp.headers["Location"]).get_data(as_text=True)  # on the page it leads to
     page = client.get("/sinks").get_data(as_text=True)
     assert "whsec_" not in page and "/x/…" in page  # the secret once, never again
     sink_id = db.session.scalar(select(NotificationSink.id))

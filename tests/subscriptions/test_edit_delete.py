@@ -150,15 +150,15 @@ def test_the_delete_button_asks_twice(client, auth, producer, receiver, users):
     sub = producer.subscribe(receiver.url + "/ok")
     producer.publish()
     auth.login("owner")
-    assert "Delete this endpoint" in client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
+    assert "Delete this subscription" in client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
     client.post(f"/subscriptions/{sub['id']}/delete", data={"csrf_token": auth.csrf()})  # not ticked
     assert db.session.get(Subscription, sub["id"]).deleted_at is None
     client.post(f"/subscriptions/{sub['id']}/delete", data={"csrf_token": auth.csrf(), "confirm": "yes"})
     db.session.expire_all()
     assert db.session.get(Subscription, sub["id"]).deleted_at is not None
     html = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)  # the page still opens
-    assert "nothing more is sent" in html and "Delete this endpoint" not in html
-    assert "cancelled" in html
+    assert "nothing more is sent" in html and "Delete this subscription" not in html
+    assert "1 waiting delivery was cancelled" in html
     resp = client.post(f"/subscriptions/{sub['id']}/resume", data={"csrf_token": auth.csrf()})
     assert resp.status_code == 302  # refused with a message, not a 500
     assert "this subscription is deleted" in client.get(resp.headers["Location"]).get_data(as_text=True)

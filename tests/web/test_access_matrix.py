@@ -103,6 +103,9 @@ MATRIX = {
     ("pages.edit_subscription", "GET"): EDIT,
     ("pages.edit_subscription", "POST"): EDIT,
     ("pages.rotate_secret", "POST"): EDIT,
+    # Where creation and a rotation without htmx lead (the secret, once): those who may edit it.
+    ("pages.subscription_created", "GET"): EDIT,
+    ("pages.secret_rotated", "GET"): EDIT,
     ("pages.end_grace", "POST"): EDIT,
     ("pages.delete_subscription", "POST"): EDIT,
     ("pages.send_test_event", "POST"): EDIT,

@@ -89,18 +89,18 @@ def test_an_owner_creates_rotates_copies_edits_and_makes_a_token(app, producer, 
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_url)
     _sign_in(page, live_url, "owner")
 
-    page.click("nav >> text=New endpoint")
+    page.click("nav >> text=New subscription")
     page.fill("input[name=url]", receiver.url + "/first")
     page.uncheck("input[name=event_types][value='*']")
     page.check("input[name=event_types][value='invoice.paid']")
     page.fill("input[name=event_patterns]", "file.*")
-    page.click("button:text('Create endpoint')")
+    page.click("button:text('Create subscription')")
     created = _read_and_copy(page, "new-secret")
     db.session.expire_all()
     sub = db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/first"))
     assert sub.event_types == ["invoice.paid", "file.*"] and crypto.decrypt(sub.secret_ciphertext) == created
 
-    page.click("text=Open the endpoint")
+    page.click("text=Open the subscription")
     page.select_option("select[name=grace_seconds]", "3600")
     page.click("button:text('Rotate secret')")
     rotated = _read_and_copy(page, "new-secret")
@@ -139,7 +139,7 @@ def test_an_admin_adds_a_named_filtered_sink_and_sends_it_a_test_message(app, re
                                                                          browser_page):  # noqa: F811
     page = browser_page
     _sign_in(page, live_url, "admin")
-    page.click("nav >> text=Notifications")
+    page.click("nav >> text=Notification sinks")
     page.fill("#add-sink input[name=name]", "#acme-oncall")
     page.select_option("#add-sink select[name=kind]", "json")
     page.fill("#add-sink input[name=url]", receiver.url + "/ok")

@@ -9,6 +9,8 @@ import pytest
 from sqlalchemy import func, select
 
 from dashboard.core import crypto
+from dashboard.delivery import policies
+from dashboard.subscriptions import contract
 from dashboard.core.extensions import db
 from dashboard.models import AuditEntry, Subscription
 
@@ -36,8 +38,11 @@ def test_an_owner_creates_a_subscription_from_the_catalog_and_sees_its_secret_on
     resp = client.post("/subscriptions/new", data={
         **FORM, "csrf_token": auth.csrf(), "team": "acme", "url": receiver.url + "/hook",
         "event_types": ["invoice.paid", "promesa.incident.opened"], "event_patterns": "file.*, file.*"})
-    assert resp.status_code == 201 and resp.headers["Cache-Control"] == "no-store"
     sub = db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/hook"))
+    assert resp.status_code == 303 and resp.headers["Location"] == f"/subscriptions/{sub.id}/created"
+    assert resp.get_data(as_text=True).count("whsec_") == 0  # the secret is on the page it leads to, not here
+    resp = client.get(resp.headers["Location"])
+    assert resp.status_code == 200 and resp.headers["Cache-Control"] == "no-store"
     assert sub.event_types == ["invoice.paid", "promesa.incident.opened", "file.*"]
     assert (sub.retry_policy, sub.signature_scheme, sub.connect_timeout, sub.attempt_timeout, sub.max_age_seconds,
             sub.rate_limit_per_s, sub.max_in_flight, sub.description) == \
@@ -48,6 +53,10 @@ def test_an_owner_creates_a_subscription_from_the_catalog_and_sees_its_secret_on
     assert 'data-copy="new-secret"' in html
     assert f'action="/subscriptions/{sub.id}/checks"' in html and "Run receiver check" in html  # offered, not run
     assert secret not in client.get(f"/subscriptions/{sub.id}").get_data(as_text=True)
+    again = client.get(f"/subscriptions/{sub.id}/created").get_data(as_text=True)  # a reload: shown once only
+    assert secret not in again and "was shown once" in again
+    assert db.session.scalar(select(func.count()).select_from(Subscription)
+                             .where(Subscription.url == receiver.url + "/hook")) == 1
     [created] = db.session.scalars(select(AuditEntry).where(AuditEntry.action == "subscription.created",
                                                            AuditEntry.subscription_id == sub.id))
     assert created.actor == "owner@example.com" and secret not in str(created.detail)
@@ -78,10 +87,33 @@ def test_an_admin_chooses_the_team_and_an_owner_cannot_create_for_another(client
     assert "Choose the team first" in client.get("/subscriptions/new").get_data(as_text=True)
     resp = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "other",
                                                    "url": receiver.url + "/x", "event_types": "*"})
-    assert resp.status_code == 201
+    assert resp.status_code == 303
     assert db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/x")).team.name == "other"
     auth.login("owner")
     resp = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "other",
                                                    "url": receiver.url + "/y", "event_types": "*"})
-    assert resp.status_code == 201  # the owner's own team, whatever was posted
+    assert resp.status_code == 303  # the owner's own team, whatever was posted
     assert db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/y")).team.name == "acme"
+
+
+def test_ticking_no_event_type_is_a_form_error_never_a_silent_star(client, auth, receiver, users):
+    auth.login("owner")
+    page = client.get("/subscriptions/new").get_data(as_text=True)
+    assert re.search(r'value="\*" checked>\s*<span>All event types', page)  # the default, said in words
+    resp = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "acme",
+                                                   "url": receiver.url + "/none", "event_patterns": " "})
+    assert resp.status_code == 400 and "choose the event types" in resp.get_data(as_text=True)
+    assert db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/none")) is None
+
+
+def test_the_form_says_what_each_retry_policy_does(client, auth, users):
+    auth.login("owner")
+    page = client.get("/subscriptions/new").get_data(as_text=True)
+    exponential = policies.ExponentialPolicy()
+    total = sum(high for _, _, high in exponential.schedule())
+    assert f"<code>exponential</code>: {exponential.max_attempts} attempts" in page
+    assert f"{contract.human(total)} after the first, then the delivery is dead-lettered" in page
+    assert "<code>quick-then-sweep</code>: 3 quick attempts 0.5 s apart" in page and "24 h old" in page
+    typed = client.post("/subscriptions/new", data={**FORM, "csrf_token": auth.csrf(), "team": "acme", "url": "x",
+                                                    "max_age_seconds": "7200"}).get_data(as_text=True)
+    assert "until the event is 2 h old" in typed  # the maximum age the form holds

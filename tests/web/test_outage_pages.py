@@ -191,7 +191,7 @@ def test_the_replay_button_of_a_paused_subscription_says_they_are_held(app, clie
     assert "They will be held until you resume it." in replay_form.group(0)  # said before
     client.post(f"/subscriptions/{sub['id']}/replay", data={"csrf_token": auth.csrf()})
     flash = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
-    assert "Replaying 1 dead deliveries. The subscription is paused: they are held until you resume it" in flash
+    assert "Replaying 1 dead delivery. The subscription is paused: they are held until you resume it" in flash
     assert db.session.scalar(select(Delivery.state)) == "held"
 
 
@@ -200,7 +200,7 @@ def test_destructive_and_wide_actions_ask_first(app, client, auth, producer, rec
     auth.login("admin")
     html = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
     for action, question in [("/replay", "Replay all 1 dead letters"), ("/discard", "Discard all 1 dead letters"),
-                             ("/rotate-secret", "Rotate the signing secret?"), ("/delete", "Delete this endpoint?")]:
+                             ("/rotate-secret", "Rotate the signing secret?"), ("/delete", "Delete this subscription?")]:
         form = re.search(rf'<form[^>]+action="/subscriptions/{sub["id"]}{action}"[^>]*>', html)
         assert form and f'data-confirm="{question}' in form.group(0), action
     desk = client.get("/dead-letters").get_data(as_text=True)

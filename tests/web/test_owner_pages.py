@@ -42,14 +42,20 @@ def test_it_rotates_from_the_page_and_shows_the_secret_once(client, auth, produc
     assert rotated.actor == "owner@example.com" and new not in str(rotated.detail)
 
 
-def test_without_htmx_the_rotation_answers_with_a_page_of_its_own(client, auth, producer, receiver, users):
+def test_without_htmx_the_rotation_leads_to_a_page_of_its_own_shown_once(client, auth, producer, receiver, users):
     sub = producer.subscribe(receiver.url + "/ok")
     auth.login("admin")
     resp = client.post(f"/subscriptions/{sub['id']}/rotate-secret", data={"csrf_token": auth.csrf()})
     new = crypto.decrypt(db.session.get(Subscription, sub["id"]).secret_ciphertext)
+    assert resp.status_code == 303 and resp.headers["Location"] == f"/subscriptions/{sub['id']}/rotated"
+    resp = client.get(resp.headers["Location"])
     html = resp.get_data(as_text=True)
-    assert resp.status_code == 200 and "<html" in html and new in html
+    assert resp.status_code == 200 and "<html" in html and new in html and resp.headers["Cache-Control"] == "no-store"
     assert "previous secret keeps signing until" in html  # the default grace: 24 h
+    again = client.get(f"/subscriptions/{sub['id']}/rotated").get_data(as_text=True)  # a reload rotates nothing
+    assert new not in again and "was shown once" in again
+    db.session.expire_all()
+    assert crypto.decrypt(db.session.get(Subscription, sub["id"]).secret_ciphertext) == new
 
 
 @pytest.mark.parametrize("role", ["operator", "member", "oncall"])
@@ -58,4 +64,4 @@ def test_only_owners_and_admins_see_the_owner_buttons(client, auth, producer, re
     auth.login(role)
     html = page(client, sub["id"])
     assert "Signing with one secret" in html  # which secrets sign is for everyone who sees the page
-    assert "Rotate secret" not in html and "Send test event" not in html and "Delete this endpoint" not in html
+    assert "Rotate secret" not in html and "Send test event" not in html and "Delete this subscription" not in html

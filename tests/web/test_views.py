@@ -93,7 +93,7 @@ def test_pause_resume_and_replay_from_the_dashboard(app, client, auth, producer,
     page = client.get(f"/subscriptions/{s['id']}?state=dead").get_data(as_text=True)
     assert "dead" in page and "Replay all dead letters" in page
     resp = client.post(f"/subscriptions/{s['id']}/replay", data={"csrf_token": auth.csrf()}, follow_redirects=True)
-    assert b"Replaying 1 dead deliveries" in resp.data
+    assert b"Replaying 1 dead delivery." in resp.data
     deliver_due(app, clock)
     assert receiver.count() == 4
     client.post(f"/subscriptions/{s['id']}/pause", data={"csrf_token": auth.csrf()})

@@ -47,4 +47,5 @@ def delivery(delivery_id):
         abort(404)
     number, headers = request_as_sent(d)
     return render_template("deliveries/page.html", d=d, sub=d.subscription, headers=headers, headers_for=number,
-                           can_operate=access.can_operate(current_user, d.subscription))
+                           can_operate=access.can_operate(current_user, d.subscription)
+                           and d.subscription.deleted_at is None)

@@ -14,11 +14,11 @@ NAV = [
     ("pages.incidents", "Incidents", lambda user: True),
     ("pages.events", "Events", lambda user: True),
     ("pages.audit", "Audit log", lambda user: True),
-    ("pages.new_subscription", "New endpoint", lambda user: access.is_admin(user) or user.role == "owner"),
+    ("pages.new_subscription", "New subscription", lambda user: access.is_admin(user) or user.role == "owner"),
     ("pages.quotas_page", "Quotas", lambda user: True),
     ("pages.tokens", "Tokens", lambda user: access.is_admin(user) or user.role == "owner"),
     ("pages.users", "Users", access.is_admin),
-    ("pages.sinks", "Notifications", access.is_admin),
+    ("pages.sinks", "Notification sinks", access.is_admin),
 ]
 
 

@@ -31,10 +31,12 @@ from dashboard.delivery.policies import POLICY_NAMES
 from dashboard.ingest import catalog
 from dashboard.models import Delivery, Team
 from dashboard.operations import notifications
-from dashboard.subscriptions import rotation
+from dashboard.subscriptions import contract, rotation
 from dashboard.subscriptions import service as subscription_service
-from dashboard.web.pages import bp
+from dashboard.web.pages import bp, shown_once
+from dashboard.web.pages.subscriptions import deliveries
 
+DEFAULT_MAX_AGE_SECONDS = schemas.SubscriptionInput.model_fields["max_age_seconds"].default
 GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (86400, "24 hours"),
                  (3 * 86400, "3 days"), (7 * 86400, "7 days")]
 
@@ -87,9 +89,12 @@ def event_types_from_form(form) -> list[str]:
 
 def limits_from_form(form) -> dict:
     """What creation and edit share: description, types, versions, retry policy, timeouts and limits."""
+    event_types = event_types_from_form(form)
+    if not event_types:  # the API's default ("*") is never chosen for someone who ticked nothing
+        raise ApiError(400, "choose the event types: tick “All event types”, or some types, or type a pattern")
     payload = {
         "description": form.get("description", ""),
-        "event_types": event_types_from_form(form),
+        "event_types": event_types,
         "retry_policy": form.get("retry_policy", ""),
         "rate_limit_per_s": _number_or_none(form, "rate_limit_per_s", float),
         "max_in_flight": _number_or_none(form, "max_in_flight", int),
@@ -139,13 +144,55 @@ def edit_subscription(sub):
             db.session.rollback()
             error, status = exc.message, exc.status
         else:
-            flash(f"Saved: {', '.join(sorted(changed))}." if changed else "Nothing changed.", "ok")
+            flash(f"Saved: {changes_in_words(changed)}." if changed else "Nothing changed: the form was as saved.",
+                  "ok")
             return redirect(url_for(".subscription", subscription_id=sub.id))
     form = request.form if request.method == "POST" else None
     chosen = event_types_from_form(form) if form is not None else list(sub.event_types)
-    return render_template("owner_tools/edit.html", sub=sub, form=form, error=error, policies=POLICY_NAMES,
+    return render_template("owner_tools/edit.html", sub=sub, form=form, error=error,
+                           policies=policy_choices(form, sub.max_age_seconds),
                            in_flight_default=panel(sub)["in_flight_default"],
                            picker=catalog_picker(sub.team, chosen)), status
+
+
+def policy_choices(form, max_age_seconds: int) -> list[tuple[str, str]]:
+    """(name, what it does in words) for every retry policy, with the maximum age the form shows."""
+    typed = (form or {}).get("max_age_seconds", "").strip()
+    max_age = int(typed) if typed.isdigit() else max_age_seconds
+    return [(name, contract.policy_in_words(name, max_age)) for name in POLICY_NAMES]
+
+
+# The edit form's fields as its labels call them, in the order of the form.
+FIELD_WORDS = {"url": "endpoint URL", "description": "description", "event_types": "event types",
+               "event_versions": "pinned versions", "retry_policy": "retry policy",
+               "connect_timeout": "connect timeout", "attempt_timeout": "attempt timeout",
+               "max_age_seconds": "maximum event age", "rate_limit_per_s": "rate limit",
+               "max_in_flight": "requests in flight"}
+
+
+def _value_in_words(name: str, value) -> str:
+    if value in (None, "", [], {}):
+        return "the default" if name == "max_in_flight" else "none"
+    if name in ("connect_timeout", "attempt_timeout"):
+        return f"{value:g} s"
+    if name == "max_age_seconds":
+        return contract.human(value)
+    if name == "rate_limit_per_s":
+        return f"{value:g} deliveries/s"
+    if isinstance(value, dict):
+        return ", ".join(f"{key}={version}" for key, version in value.items())
+    return ", ".join(value) if isinstance(value, list) else str(value)
+
+
+def changes_in_words(changed: dict) -> str:
+    """{field: (before, after)} as the flash says it: "retry policy quick-then-sweep (was exponential); …".
+    The description is long, free text: only that it changed."""
+    said = []
+    for name in sorted(changed, key=list(FIELD_WORDS).index):
+        before, after = changed[name]
+        said.append(FIELD_WORDS[name] if name == "description" else
+                    f"{FIELD_WORDS[name]} {_value_in_words(name, after)} (was {_value_in_words(name, before)})")
+    return "; ".join(said)
 
 
 def catalog_picker(team, chosen: list[str]) -> dict:
@@ -161,7 +208,7 @@ def catalog_picker(team, chosen: list[str]) -> dict:
 @login_required
 @owner_action
 def rotate_secret(sub):
-    # A new secret, shown in this answer only; the old one keeps signing through the grace.
+    # A new secret, shown once; the old one keeps signing through the grace.
     try:
         grace = schemas.RotateInput.model_validate(
             {"grace_seconds": int(request.form.get("grace_seconds", rotation.DEFAULT_GRACE_SECONDS))}).grace_seconds
@@ -172,10 +219,25 @@ def rotate_secret(sub):
     except ApiError as exc:
         flash(exc.message, "error")
         return redirect(url_for(".subscription", subscription_id=sub.id))
-    template = "owner_tools/_rotated.html" if request.headers.get("HX-Request") else "owner_tools/rotated.html"
-    response = make_response(render_template(template, sub=sub, secret=secret, tools=panel(sub),
-                                             oob=template.startswith("owner_tools/_")))
-    response.headers["Cache-Control"] = "no-store"  # the secret is in this page: never kept by a cache
+    if request.headers.get("HX-Request"):  # swapped into the page: the URL stays, a reload sends nothing
+        response = make_response(render_template("owner_tools/_rotated.html", sub=sub, secret=secret,
+                                                 tools=panel(sub), oob=True))
+        response.headers["Cache-Control"] = "no-store"  # the secret is in this answer only: never kept by a cache
+        return response
+    return shown_once.show_after_redirect(
+        "rotation", sub.id, secret, url_for(".secret_rotated", subscription_id=sub.id),
+        lambda: render_template("owner_tools/rotated.html", sub=sub, secret=secret, tools=panel(sub)))
+
+
+@bp.get("/subscriptions/<subscription_id>/rotated")
+@login_required
+def secret_rotated(subscription_id):
+    """Where a rotation without htmx leads: the new secret on the first view only."""
+    sub = access.visible_subscription(subscription_id, need=access.can_edit)
+    kept = shown_once.take("rotation", sub.id)
+    response = make_response(render_template("owner_tools/rotated.html", sub=sub, secret=kept[1] if kept else None,
+                                             tools=panel(sub)))
+    response.headers["Cache-Control"] = "no-store"  # the secret is in this page only: never kept by a cache
     return response
 
 
@@ -198,7 +260,9 @@ def delete_subscription(sub):
         flash("Not deleted: tick the box to confirm.", "error")
     else:
         cancelled = subscription_service.delete(sub)
-        flash(f"Deleted: nothing more is sent; {cancelled} waiting deliveries were cancelled.", "ok")
+        flash("Deleted: nothing more is sent to it; " + (
+            f"{deliveries(cancelled, 'waiting')} {'was' if cancelled == 1 else 'were'} cancelled." if cancelled
+            else "no deliveries were waiting.") + " Its history stays readable.", "ok")
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
@@ -250,7 +314,7 @@ def new_subscription():
     if request.method == "POST":
         try:
             if team is None:
-                raise ApiError(400, "choose the team the endpoint is for")
+                raise ApiError(400, "choose the team the subscription is for")
             access.require(access.can_create_in(current_user, team.id))
             body = checked(schemas.SubscriptionInput, {**limits_from_form(request.form),
                                                        "url": request.form.get("url", "").strip(),
@@ -260,12 +324,24 @@ def new_subscription():
             db.session.rollback()
             error, status = exc.message, exc.status
         else:
-            response = make_response(render_template("owner_tools/created.html", sub=sub, secret=secret), 201)
-            response.headers["Cache-Control"] = "no-store"  # the secret is in this page only
-            return response
+            return shown_once.show_after_redirect(
+                "subscription", sub.id, secret, url_for(".subscription_created", subscription_id=sub.id),
+                lambda: render_template("owner_tools/created.html", sub=sub, secret=secret))
     form = request.form if request.method == "POST" else None
     chosen = event_types_from_form(form) if form is not None else ["*"]
     return render_template("owner_tools/new.html", teams=teams, team=team, form=form, error=error,
-                           policies=POLICY_NAMES, schemes=schemas.SIGNATURE_SCHEMES,
+                           policies=policy_choices(form, DEFAULT_MAX_AGE_SECONDS),
+                           schemes=schemas.SIGNATURE_SCHEMES,
                            in_flight_default=current_app.config["PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION"],
                            picker=catalog_picker(team, chosen)), status
+
+
+@bp.get("/subscriptions/<subscription_id>/created")
+@login_required
+def subscription_created(subscription_id):
+    """Where creating a subscription leads: its signing secret on the first view only, never cached."""
+    sub = access.visible_subscription(subscription_id, need=access.can_edit)
+    kept = shown_once.take("subscription", sub.id)
+    response = make_response(render_template("owner_tools/created.html", sub=sub, secret=kept[1] if kept else None))
+    response.headers["Cache-Control"] = "no-store"  # the secret is in this page only
+    return response

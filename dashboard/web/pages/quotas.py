@@ -45,5 +45,11 @@ def set_quotas(team_id):
     changed = [name for name, value in wanted.items() if own.get(name) != value]
     for name in changed:
         quotas.set_override(team, name, wanted[name])
-    flash(f"Quotas of {team.name}: " + (", ".join(changed) + " changed." if changed else "nothing changed."), "ok")
+    said = [f"{name.replace('_', ' ')} {_quota_in_words(name, wanted[name])} "
+            f"(was {_quota_in_words(name, own.get(name))})" for name in changed]
+    flash(f"Quotas of {team.name}: " + ("; ".join(said) + "." if changed else "nothing changed."), "ok")
     return redirect(url_for(".quotas_page"))
+
+
+def _quota_in_words(name: str, value: int | None) -> str:
+    return f"the default, {quotas.QUOTAS[name].default:,}" if value is None else f"{value:,}"

@@ -13,7 +13,7 @@ from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import NotificationSink, Team
 from dashboard.operations import notifications
-from dashboard.web.pages import bp
+from dashboard.web.pages import bp, shown_once
 
 
 def _page(status: int = 200, **shown):
@@ -45,13 +45,18 @@ def _name_in_form() -> str:
 @login_required
 def sinks():
     access.require(access.is_admin(current_user))
-    return _page()
+    kept = shown_once.take("sink")
+    created = db.session.get(NotificationSink, kept[0]) if kept else None
+    if created is None:
+        return _page()
+    body, status = _page(created=created, secret=kept[1])
+    return body, status, {"Cache-Control": "no-store"}
 
 
 @bp.post("/sinks")
 @login_required
 def add_sink():
-    # A new sink is a subscription of the system team; its signing secret is shown on this answer only.
+    # A new sink is a subscription of the system team; its signing secret is shown once, on the page this leads to.
     access.require(access.is_admin(current_user))
     try:
         sink, secret = notifications.add_sink(request.form.get("kind", ""), request.form.get("url", ""),
@@ -60,7 +65,8 @@ def add_sink():
     except ApiError as exc:
         db.session.rollback()
         return _page(exc.status, error=exc.message, form=request.form)
-    return _page(201, created=sink, secret=secret)
+    return shown_once.show_after_redirect("sink", sink.id, secret, url_for(".sinks"),
+                                          lambda: _page(201, created=sink, secret=secret))
 
 
 @bp.post("/sinks/<sink_id>/edit")
@@ -74,7 +80,9 @@ def change_sink(sink_id):
     except ApiError as exc:
         db.session.rollback()
         return _page(exc.status, error=exc.message)
-    flash(f"Sink {sink.name} changed: {', '.join(changed)}." if changed else "Nothing to change.", "ok")
+    said = ", ".join("notification kinds" if field == "kinds" else field for field in changed)
+    flash(f"Sink {sink.name} changed ({said}): it hears {notifications.describe_filter(sink)}." if changed
+          else "Nothing changed: the form was as saved.", "ok")
     return redirect(url_for(".sinks"))
 
 

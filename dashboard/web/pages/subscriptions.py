@@ -105,16 +105,33 @@ def contract(subscription_id):
     return render_template("subscriptions/contract.html", c=contract_service.build(sub), sub=sub)
 
 
+def deliveries(n: int, which: str) -> str:
+    """ "no waiting deliveries", "1 waiting delivery", "3 waiting deliveries": a count a flash can say."""
+    return f"{n or 'no'} {which} deliver{'y' if n == 1 else 'ies'}"
+
+
+def held_words(held: int, until: str) -> str:
+    if not held:
+        return f"no deliveries were waiting; new ones are held until {until}."
+    return f"{deliveries(held, 'waiting')} {'is' if held == 1 else 'are'} held, and new ones too, until {until}."
+
+
+def released_words(released: int) -> str:
+    if not released:
+        return "nothing was held; new deliveries are sent as they come."
+    return f"{deliveries(released, 'held')} {'is on its' if released == 1 else 'are on their'} way."
+
+
 @bp.post("/subscriptions/<subscription_id>/pause")
 @login_required
 def pause(subscription_id):
     # Pausing holds deliveries instead of failing them while a receiver is being repaired.
     sub = access.visible_subscription(subscription_id, need=access.can_operate)
     try:
-        subscription_service.pause(sub, request.form.get("reason"))
+        held = subscription_service.pause(sub, request.form.get("reason"))
     except ApiError as exc:
         abort(exc.status, exc.message)
-    flash("Paused: new deliveries are held until you resume.", "ok")
+    flash(f"Paused: {held_words(held, 'you resume')}", "ok")
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
@@ -126,7 +143,7 @@ def resume(subscription_id):
     if sub.state == SubscriptionState.DISABLED and sub.deleted_at is None:  # deleted: the service says so
         abort(409, "This subscription is disabled: enable it (its reason says why it was stopped).")
     released = subscription_service.resume(sub)
-    flash(f"Resumed: {released} held deliveries are on their way.", "ok")
+    flash(f"Resumed: {released_words(released)}", "ok")
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
@@ -137,8 +154,12 @@ def replay(subscription_id):
     sub = access.visible_subscription(subscription_id, need=access.can_operate)
     delivery_id = request.form.get("delivery_id")
     n = subscription_service.replay(sub, delivery_ids=[delivery_id] if delivery_id else None)
-    flash(("Re-sending this delivery." if delivery_id and n else f"Replaying {n} dead deliveries.")
-          + (held_note(sub.id) if n else ""), "ok")
+    if not n:
+        flash("Nothing re-sent: this delivery is neither dead nor succeeded." if delivery_id else
+              "Nothing to replay: this subscription has no dead letters.", "ok")
+    else:
+        flash(("Re-sending this delivery." if delivery_id else f"Replaying {deliveries(n, 'dead')}.")
+              + held_note(sub.id), "ok")
     target = url_for(".delivery", delivery_id=delivery_id) if delivery_id else \
         url_for(".subscription", subscription_id=sub.id)
     return redirect(target)
@@ -153,7 +174,7 @@ def disable(subscription_id):
         held = subscription_service.disable(sub, request.form.get("reason", ""))
     except ApiError as exc:
         abort(exc.status, exc.message)
-    flash(f"Disabled: {held} waiting deliveries are held until someone enables it.", "ok")
+    flash(f"Disabled: {held_words(held, 'someone enables it')}", "ok")
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
@@ -163,7 +184,7 @@ def enable(subscription_id):
     # Enabling is a resume: every held delivery is released at once.
     sub = access.visible_subscription(subscription_id, need=access.can_operate)
     released = subscription_service.enable(sub)
-    flash(f"Enabled: {released} held deliveries are on their way.", "ok")
+    flash(f"Enabled: {released_words(released)}", "ok")
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
@@ -192,7 +213,10 @@ def give_up(subscription_id):
     sub = access.visible_subscription(subscription_id, need=access.can_operate)
     ids = _delivery_ids()
     n = subscription_service.give_up(sub, ids)
-    flash(f"Gave up on {n} scheduled deliver{'y' if n == 1 else 'ies'}: {'it is' if n == 1 else 'they are'} "
-          "dead letters now (replay or discard them).", "ok")
+    if not n:
+        flash("Nothing to give up on: no delivery was scheduled for a retry.", "ok")
+    else:
+        flash(f"Gave up on {deliveries(n, 'scheduled')}: {'it is a dead letter' if n == 1 else 'they are dead letters'}"
+              " now (replay or discard them).", "ok")
     return redirect(url_for(".delivery", delivery_id=ids[0]) if ids else url_for(".subscription",
                                                                                subscription_id=sub.id))

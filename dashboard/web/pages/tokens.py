@@ -14,7 +14,7 @@ from dashboard.accounts import service as accounts
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import ApiToken, Team
-from dashboard.web.pages import bp
+from dashboard.web.pages import bp, shown_once
 
 # How long a new token lasts, in days (0: until revoked).
 EXPIRY_CHOICES = [(0, "never (until revoked)"), (1, "1 day"), (7, "7 days"), (30, "30 days"), (90, "90 days"),
@@ -47,13 +47,18 @@ def _expiry_from_form() -> dt.datetime | None:
 @login_required
 def tokens():
     _may_manage_some_team()
-    return _page()
+    kept = shown_once.take("token")
+    created = db.session.get(ApiToken, int(kept[0])) if kept else None
+    if created is None:
+        return _page()
+    body, status = _page(created=created, plaintext=kept[1])
+    return body, status, {"Cache-Control": "no-store"}
 
 
 @bp.post("/tokens")
 @login_required
 def create_token():
-    # The token is shown in this one answer and never again (only its SHA-256 is kept).
+    # The token is shown once, on the page this redirects to, and never again (only its SHA-256 is kept).
     _may_manage_some_team()
     if access.is_admin(current_user):
         team = db.session.scalar(select(Team).where(Team.name == request.form.get("team", "")))
@@ -70,8 +75,8 @@ def create_token():
         db.session.rollback()
         flash(exc.message, "error")
         return _page(exc.status)
-    body, status = _page(created=token, plaintext=plaintext)
-    return body, status, {"Cache-Control": "no-store"}
+    return shown_once.show_after_redirect("token", str(token.id), plaintext, url_for(".tokens"),
+                                          lambda: _page(created=token, plaintext=plaintext))
 
 
 @bp.post("/tokens/<int:token_id>/revoke")
@@ -82,6 +87,9 @@ def revoke_token(token_id):
     if token is None or not access.can_view_team(current_user, token.team_id):
         abort(404)
     access.require(access.can_manage_tokens(current_user, token.team_id))
+    name = token.name or token.display_prefix + "…"
     if accounts.revoke_token(token):
-        flash(f"Revoked {token.name or token.display_prefix + '…'}: it is refused from now on.", "ok")
+        flash(f"Revoked {name}: it is refused from now on.", "ok")
+    else:
+        flash(f"{name} was already revoked: nothing changed.", "ok")
     return redirect(url_for(".tokens"))
