@@ -60,9 +60,9 @@ def test_it_shows_its_outcomes_its_filters_and_its_own_audit_entries(app, client
     failures = re.search(r'<path class="fail" d="([^"]+)"><title>Failed: 2</title>', html)
     assert failures and failures.group(1).count("M") == 1  # both failures fall in this hour's bar
 
-    assert html.count("<td>file.updated</td>") == 1 and html.count("<td>file.deleted</td>") == 1
+    assert html.count("<td data-label=\"Event\">file.updated</td>") == 1 and html.count("<td data-label=\"Event\">file.deleted</td>") == 1
     only_deleted = client.get(page + "?type=file.deleted").get_data(as_text=True)
-    assert "<td>file.deleted</td>" in only_deleted and "<td>file.updated</td>" not in only_deleted
+    assert "<td data-label=\"Event\">file.deleted</td>" in only_deleted and "<td data-label=\"Event\">file.updated</td>" not in only_deleted
     assert client.get(page + "?status=500").get_data(as_text=True).count("<td><a href=\"/deliveries/") == 2
     assert client.get(page + "?status=200").get_data(as_text=True).count("<td><a href=\"/deliveries/") == 0
     assert client.get(page + "?status=abc").status_code == 400
