@@ -91,6 +91,8 @@ def test_every_page_fits_a_phone_and_a_desktop(app, producer, receiver, clock, u
     ids = seed(app, producer, receiver, clock)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page = browser_page
+    favicons = []
+    page.on("response", lambda r: "favicon" in r.url and favicons.append((r.url, r.status)))
 
     check_both_widths(page, live_url + "/login", ["main h1", "button:text('Sign in')"], "login")
     page.set_viewport_size(DESKTOP)
@@ -116,4 +118,7 @@ def test_every_page_fits_a_phone_and_a_desktop(app, producer, receiver, clock, u
     sign_in(page, live_url, "member")
     check_both_widths(page, live_url + "/users", ["h1"], "403")
     check_both_widths(page, live_url + "/subscriptions/sub_nothing_here", ["h1"], "404")
+
+    assert favicons and all(status < 400 for _, status in favicons), favicons
+    assert page.request.get(live_url + "/favicon.ico").ok  # followed to the icon, for pages that name none
 

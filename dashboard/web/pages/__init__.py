@@ -46,6 +46,12 @@ for _geometry in (bar_paths, line_paths, x_ticks):
 bp.add_app_template_global(COMPACT_WIDTH, "COMPACT_WIDTH")
 
 
+@bp.get("/favicon.ico")
+def favicon():
+    """The icon, for pages that name none (Werkzeug's 403 and 404) and browsers that ask for it anyway."""
+    return redirect(url_for("static", filename="favicon.svg"), 301)
+
+
 @bp.errorhandler(ApiError)
 def _refused(exc: ApiError):
     """A service refused a dashboard action (e.g. pausing a deleted subscription): say why, on the page."""
