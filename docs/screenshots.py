@@ -205,7 +205,8 @@ def main() -> None:
             page.fill("input[name=password]", "demo-password")
             page.click("button[type=submit]")
             page.wait_for_url(base + "/")
-            for viewport, pages in (({"width": 1360, "height": 800}, PAGES), ({"width": 400, "height": 860}, PHONE_PAGES)):
+            screens = (({"width": 1360, "height": 800}, PAGES), ({"width": 400, "height": 860}, PHONE_PAGES))
+            for viewport, pages in screens:
                 page.set_viewport_size(viewport)
                 for name, path in pages:
                     page.goto(base + path.format(**ids))
