@@ -46,6 +46,12 @@ PAGES = [
     ("new-endpoint", "/subscriptions/new?team=payments"),
     ("tokens", "/tokens"),
 ]
+# The same pages on the on-call engineer's phone (400 px wide): file name, path as in PAGES.
+PHONE_PAGES = [
+    ("overview-phone", "/"),
+    ("subscription-phone", "/subscriptions/{subscription}"),
+    ("incident-phone", "/incidents/{incident}"),
+]
 # (url, description, team, state, state reason, failure rate per hour: fn(hours ago) -> 0..1, attempts per hour)
 ENDPOINTS = [
     ("https://billing.example.com/hooks", "invoices to billing", "payments", "active", None,
@@ -199,15 +205,14 @@ def main() -> None:
             page.fill("input[name=password]", "demo-password")
             page.click("button[type=submit]")
             page.wait_for_url(base + "/")
-            for name, path in PAGES:
-                page.goto(base + path.format(**ids))
-                target = ROOT / "docs" / f"{name}.png"
-                page.screenshot(path=str(target), full_page=True)
-                print(f"wrote {target.relative_to(ROOT)}")
-            page.set_viewport_size({"width": 400, "height": 860})  # the on-call engineer's phone
-            page.goto(base + f"/incidents/{ids['incident']}")
-            page.screenshot(path=str(ROOT / "docs" / "incident-phone.png"), full_page=True)
-            print("wrote docs/incident-phone.png")
+            screens = (({"width": 1360, "height": 800}, PAGES), ({"width": 400, "height": 860}, PHONE_PAGES))
+            for viewport, pages in screens:
+                page.set_viewport_size(viewport)
+                for name, path in pages:
+                    page.goto(base + path.format(**ids))
+                    target = ROOT / "docs" / f"{name}.png"
+                    page.screenshot(path=str(target), full_page=True)
+                    print(f"wrote {target.relative_to(ROOT)}")
             browser.close()
         server.shutdown()
     finally:

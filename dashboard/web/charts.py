@@ -7,6 +7,10 @@ building a few thousand numbers in template code would cost most of the page.
 
 from __future__ import annotations
 
+# Each chart is also drawn this wide, for a phone: a 400 px screen shows it at its own scale, so its 10 px labels
+# stay 10 px (a 760 px chart shrunk to fit would draw them at 5 px).
+COMPACT_WIDTH = 340
+
 
 def bar_paths(buckets, layers: list[str], width: float, height: float, left: float = 0, top: float = 0,
               overlay: str | None = None) -> dict:

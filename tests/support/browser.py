@@ -25,7 +25,9 @@ _OVERFLOWS = """() => {
     const name = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
       (el.className && typeof el.className === 'string' ? '.' + el.className.trim().split(/\\s+/).join('.') : '');
     if (box.right > width + 1) found.push(`${name} reaches ${Math.round(box.right)}px`);
-    if (['auto', 'scroll', 'hidden', 'clip'].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1) {
+    // A form field's text scrolls under its caret by design (a long URL being edited): not hidden content.
+    if (['auto', 'scroll', 'hidden', 'clip'].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1 &&
+        !['input', 'textarea', 'select'].includes(el.tagName.toLowerCase())) {
       found.push(`${name} hides ${el.scrollWidth - el.clientWidth}px of its content sideways`);
     }
   }

@@ -99,6 +99,7 @@ MATRIX = {
     # Probes answer everyone and reveal nothing; tests/web/test_health.py checks who sees the details.
     ("health.healthz", "GET"): PUBLIC,
     ("health.readyz", "GET"): PUBLIC,
+    ("pages.favicon", "GET"): PUBLIC,  # a redirect to the static icon
     # Owner tools (dashboard/pages/owner_tools.py).
     ("pages.edit_subscription", "GET"): EDIT,
     ("pages.edit_subscription", "POST"): EDIT,

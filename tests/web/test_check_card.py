@@ -58,7 +58,8 @@ def test_owners_run_a_check_and_everyone_of_the_team_reads_the_report(app, clien
         polled = client.get(f"{page}/checks/{check_id}").get_data(as_text=True)
         assert "hx-get" not in polled and BUTTON not in polled  # finished: no more polling; reading only
         assert "4 passed" in polled and "3 failed" in polled and "1 not judged" in polled
-        rows = dict(re.findall(r'data-rule="(\w+)">\s*<td><span class="[\w-]+">([\w ]+)</span>', polled))
+        rows = dict(re.findall(r'data-rule="(\w+)">\s*<td data-label="Result"><span class="[\w-]+">([\w ]+)</span>',
+                               polled))
         assert rows["forged_rejected"] == "fail" and rows["signed_accepted"] == "pass" and rows["https"] == "not judged"
         assert "verify X-Signature over the raw body" in polled
         assert f'href="/subscriptions/{sub["id"]}/contract#snippet-python"' in polled

@@ -99,7 +99,7 @@ def test_the_list_shows_team_rules_figures_and_duration(client, auth, fired, clo
     still_dead = db.session.scalar(select(func.count()).select_from(Delivery).where(Delivery.state == "dead"))
     auth.login("oncall")
     page = client.get("/incidents").get_data(as_text=True)
-    assert "<td>acme</td>" in page
+    assert '<td data-label="Team">acme</td>' in page
     assert "5 dead-lettered in the 15-minute window" in page
     assert '<code class="muted">dead_letters</code> <code class="muted">failure_rate</code>' in page
     assert "30 min so far" in page

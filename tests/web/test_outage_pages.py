@@ -105,16 +105,18 @@ def test_each_chart_window_has_its_buckets_and_no_label_runs_off(app, client, au
     auth.login("member")
     html = client.get(f"/subscriptions/{sub['id']}?window={window}").get_data(as_text=True)
     assert f'aria-current="page">{charts_title(window)}</a>' in html
-    svg = html.split('<svg class="chart bars"')[1].split("</svg>")[0]
-    width = int(re.search(r'width="(\d+)"', svg).group(1))
-    bar = re.search(r'<path class="fail" d="M([\d.]+) [\d.]+h([\d.]+)', svg)
-    assert float(bar.group(2)) == pytest.approx(max((width - 52) / buckets - 1, 1), abs=0.01)
-    for x, anchor, label in re.findall(r'<text class="tick" x="([\d.]+)" y="\d+" text-anchor="(start|end)">([^<]+)<',
-                                       svg):
-        if anchor == "start":
-            assert float(x) + len(label) * charts.TICK_CHAR_PX <= width, label
-        else:
-            assert float(x) <= width and float(x) - len(label) * charts.TICK_CHAR_PX >= 0, label
+    drawn = re.findall(r'<svg class="chart bars (chart-wide|chart-compact)"(.*?)</svg>', html, re.S)
+    assert [fit for fit, _ in drawn] == ["chart-wide", "chart-compact"]  # for a desktop, and for a phone
+    for _, svg in drawn:
+        width = int(re.search(r'width="(\d+)"', svg).group(1))
+        bar = re.search(r'<path class="fail" d="M([\d.]+) [\d.]+h([\d.]+)', svg)
+        assert float(bar.group(2)) == pytest.approx(max((width - 52) / buckets - 1, 1), abs=0.01)
+        for x, anchor, label in re.findall(
+                r'<text class="tick" x="([\d.]+)" y="\d+" text-anchor="(start|end)">([^<]+)<', svg):
+            if anchor == "start":
+                assert float(x) + len(label) * charts.TICK_CHAR_PX <= width, label
+            else:
+                assert float(x) <= width and float(x) - len(label) * charts.TICK_CHAR_PX >= 0, label
 
 
 def charts_title(window):
@@ -145,7 +147,7 @@ def test_latency_shows_the_median_and_the_95th_percentile(app, client, auth, pro
     assert (found[1].count, found[1].p50, found[1].p95) == (20, 100, 190)
     auth.login("member")
     html = client.get(f"/subscriptions/{sub['id']}?window=1h").get_data(as_text=True)
-    lines = html.split('<svg class="chart lines"')[1].split("</svg>")[0]
+    lines = html.split('<svg class="chart lines chart-wide"')[1].split("</svg>")[0]
     assert '>190</text>' in lines  # the y axis tops at the largest p95
     assert 'class="line p50"' in lines and 'class="line p95"' in lines
 
@@ -175,7 +177,7 @@ def test_the_delivery_list_says_when_each_is_next_tried(app, client, auth, produ
     auth.login("member")
     html = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
     row = html.split("<h2>Deliveries</h2>")[1].split("</tbody>")[0]
-    assert f"<td>{due:%Y-%m-%d %H:%M:%S}</td>" in row
+    assert f'<td data-label="Next attempt (UTC)">{due:%Y-%m-%d %H:%M:%S}</td>' in row
     producer.post(f"/api/v1/subscriptions/{sub['id']}/pause")
     row = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True).split("<h2>Deliveries</h2>")[1]
     assert "held until resumed" in row.split("</tbody>")[0]

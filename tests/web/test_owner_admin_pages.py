@@ -51,6 +51,6 @@ def test_the_page_tools_script_and_styles_are_static_files(client, auth, users):
     script = client.get("/static/page-tools.js").get_data(as_text=True)
     assert "data-copy" in script and "data-toggles" in script
     css = client.get("/static/promesa.css").get_data(as_text=True)
-    for rule in ("button.primary", "button.secondary", "button.danger", ".table-scroll", "@media (max-width: 720px)",
+    for rule in ("button.primary", "button.secondary", "button.danger", "table.cards", "@media (max-width: 720px)",
                  ".secret-value"):
         assert rule in css

@@ -14,7 +14,7 @@ bp = Blueprint("pages", __name__)
 
 
 # Each module registers its routes on `bp` when imported.
-from dashboard.web.charts import bar_paths, line_paths, x_ticks  # noqa: E402
+from dashboard.web.charts import COMPACT_WIDTH, bar_paths, line_paths, x_ticks  # noqa: E402
 from dashboard.web.pages import (  # noqa: E402,F401  (each registers its routes on bp)
     audit,
     checks,
@@ -43,6 +43,13 @@ def _navigation():
 # The chart macros' geometry (templates/shared/_charts.html).
 for _geometry in (bar_paths, line_paths, x_ticks):
     bp.add_app_template_global(_geometry, _geometry.__name__)
+bp.add_app_template_global(COMPACT_WIDTH, "COMPACT_WIDTH")
+
+
+@bp.get("/favicon.ico")
+def favicon():
+    """The icon, for pages that name none (Werkzeug's 403 and 404) and browsers that ask for it anyway."""
+    return redirect(url_for("static", filename="favicon.svg"), 301)
 
 
 @bp.errorhandler(ApiError)
