@@ -34,17 +34,14 @@ def test_the_overview_puts_the_incident_first_and_the_events_page_lists_the_rece
         assert "open incident" in link.inner_text()
         assert_on_screen(link)
         assert "of events delivered" in first.inner_text() and "of attempts succeeded" in second.inner_text()
-        # Tables fit a phone once issue 36's layout change turns them into cards: checked at 400 px from then on.
-        if viewport is DESKTOP:
-            assert_fits(page)
+        assert_fits(page)
 
         page.goto(live_url + "/events")
         assert page.locator("input[type=search]").count() == 1
         rows = page.locator("main tbody tr")
         assert rows.count() == 32  # 10 + 21 + 1 events
         assert_on_screen(rows.first.locator(f'a[href="/events/{newest["id"]}?team=acme"]'))  # newest first
-        if viewport is DESKTOP:
-            assert_fits(page)
+        assert_fits(page)
 
     page.go_back()
     link.click()

@@ -47,13 +47,13 @@ def seed(app, producer, receiver, clock) -> dict:
 # (path, what must be on a phone's screen: the state, the error, the main action), as the admin sees them.
 ADMIN_PAGES = [
     ("/", ["table.overview tbody tr:first-child .state",
-           "table.overview tbody tr:first-child td[data-label='Success 24 h']",
+           "table.overview tbody tr:first-child td[data-label='Delivered 24 h']",
            "table.overview tbody tr:first-child td[data-label='Dead letters'] a.bad",
            "table.overview tbody tr:first-child td[data-label='Failing since'] .bad"]),
     ("/subscriptions/{sub}", ["main h1", ".status .state", "button:text('Replay all dead letters')",
                               "svg.bars:visible", "svg.lines:visible"]),
     ("/subscriptions/{sub}/contract", ["main h1"]),
-    ("/subscriptions/new", ["main h1", "button:text('Create endpoint')"]),
+    ("/subscriptions/new", ["main h1", "button:text('Create subscription')"]),
     ("/subscriptions/{sub}/edit", ["main h1", "button:text('Save')"]),
     ("/deliveries/{delivery}", ["main h1", "main .state >> nth=0",
                                 "table.attempts td[data-label='Response (excerpt)'] pre",

@@ -150,6 +150,6 @@ def test_a_failed_test_event_leaves_the_health_figures_alone(app, client, auth, 
     assert receiver.count() == 4
     [row] = _rows(client.get("/").get_data(as_text=True))
     assert "100 % of attempts succeeded" in row and "3 attempts" in row and "100 % of events delivered" in row
-    assert 'class="bad"' not in row and "Failing" not in row
+    assert 'class="bad"' not in row and 'data-label="Failing since">—</td>' in row
     chart = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
     assert "<title>Succeeded: 3</title>" in chart and "<title>Failed:" not in chart  # the subscription's chart too
