@@ -77,11 +77,18 @@ def window_figures(ids: list[str], since: dt.datetime) -> dict[str, tuple]:
 
 
 def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fired]:
-    """Every (subscription id or None, rule) whose rule is true now, with its figures."""
+    """Every (subscription id or None, rule) whose rule is true now, with its figures. `subs`: (id, team id,
+    created_at) of every subscription."""
     fired: dict[tuple[str | None, str], Fired] = {}
-    teams = {sub_id: team_id for sub_id, team_id in subs}
+    teams = {sub_id: team_id for sub_id, team_id, _ in subs}
+    created = {sub_id: created_at for sub_id, _, created_at in subs}
+
+    def first_sign(sub_id: str, minute: dt.datetime) -> dt.datetime:
+        # Outcomes are counted per minute: a subscription's first minute starts before it existed.
+        return max(minute, created[sub_id])
+
     by_window = defaultdict(set)
-    for sub_id, _ in subs:
+    for sub_id, _, _ in subs:
         for rule in ("dead_letters", "failure_rate"):
             s = settings[sub_id][rule]
             if s.enabled:
@@ -92,7 +99,8 @@ def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fir
             s = settings[sub_id]["dead_letters"]
             if s.enabled and s.window_minutes == window and dead >= s.threshold:
                 fired[(sub_id, s.rule)] = Fired(teams[sub_id], {
-                    "dead": dead, "threshold": s.threshold, "window_minutes": window}, first_dead or now)
+                    "dead": dead, "threshold": s.threshold, "window_minutes": window},
+                    first_sign(sub_id, first_dead or now))
             s = settings[sub_id]["failure_rate"]
             attempts = succeeded + failed
             if (s.enabled and s.window_minutes == window and attempts and attempts >= s.min_attempts
@@ -100,7 +108,7 @@ def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fir
                 fired[(sub_id, s.rule)] = Fired(teams[sub_id], {
                     "failed": failed, "attempts": attempts, "failed_percent": round(100 * failed / attempts, 1),
                     "threshold": s.threshold, "min_attempts": s.min_attempts, "window_minutes": window},
-                    first_failed or now)
+                    first_sign(sub_id, first_failed or now))
     streaks = db.session.execute(select(SubscriptionHealth.subscription_id, SubscriptionHealth.failing_since,
                                         SubscriptionHealth.last_failure_at, SubscriptionHealth.streak_failures)
                                  .where(SubscriptionHealth.failing_since.is_not(None))).all()
@@ -109,6 +117,7 @@ def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fir
         if s is None or not s.enabled:
             continue
         window = dt.timedelta(minutes=s.window_minutes)
+        since = first_sign(sub_id, since)
         if since <= now - window and last_failure >= now - window:  # failing all along, and still trying
             fired[(sub_id, s.rule)] = Fired(teams[sub_id], {
                 "failing_since": iso(since), "failed_attempts": failures, "window_minutes": s.window_minutes}, since)
@@ -153,8 +162,8 @@ def check_rules(now: dt.datetime) -> None:
     """One outage of one subscription is one incident, whatever the number of its rules that fire: a rule that
     fires while its subscription's incident is unresolved joins it (and is listed in `rules`) without a
     notification; the incident resolves once all of them have been quiet for their windows."""
-    subs = db.session.execute(select(Subscription.id, Subscription.team_id)).all()
-    settings = settings_for([sub_id for sub_id, _ in subs])
+    subs = db.session.execute(select(Subscription.id, Subscription.team_id, Subscription.created_at)).all()
+    settings = settings_for([sub_id for sub_id, _, _ in subs])
     fired = firing(now, subs, settings)
     by_sub: dict[str | None, dict[str, Fired]] = defaultdict(dict)
     for (sub_id, rule), found in fired.items():

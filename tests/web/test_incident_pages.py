@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import re
+
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from dashboard.core.extensions import db
-from dashboard.models import Attempt, Delivery, Incident, IncidentRule
+from dashboard.models import Attempt, AuditEntry, Delivery, Incident, IncidentRule, Subscription
+from dashboard.operations import notifications
 from dashboard.operations.sweeper import sweep_once
+from dashboard.stats.outcomes import minute_of
 
 from tests.support.pipeline import deliver_due
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+SHOWN = "%Y-%m-%d %H:%M:%S"  # the dashboard's one way to write a time (the `utc` filter)
 
 
 @pytest.fixture
@@ -140,3 +146,23 @@ def test_promesas_own_incident_is_for_global_readers(client, auth, users, clock)
     assert "Delivery backlog" in page and "Promesa's own health" in page and "3 deliveries due; the oldest has waited 12.5 min" in page
     # Nothing to pause: it is about no subscription.
     assert client.post(f"/incidents/{incident.id}/pause", data={"csrf_token": auth.csrf()}).status_code == 404
+
+
+# -- issue 36: every sentence, count and time on the incident pages is true where it is shown
+def _flash(resp) -> str:
+    return re.search(r'class="flash[^"]*"[^>]*>(.*?)</', resp.get_data(as_text=True), re.S).group(1).strip()
+
+
+def test_the_first_sign_is_never_before_the_subscription_existed(app, producer, receiver, clock, users):
+    sub = producer.subscribe(receiver.url + "/status/503")
+    created_at = db.session.get(Subscription, sub["id"]).created_at
+    assert created_at != minute_of(created_at)  # the subscription began within a minute, as nearly all do
+    clock.set(max(clock.now(), created_at))
+    for _ in range(20):
+        producer.publish()
+    deliver_due(app, clock, rounds=1)  # twenty failures in the subscription's first minute: failure_rate fires
+    clock.advance(seconds=1)
+    sweep_once(app)
+    incident = db.session.scalar(select(Incident))
+    assert incident.rule == "failure_rate"
+    assert incident.first_seen_at >= created_at
