@@ -153,6 +153,68 @@ def _flash(resp) -> str:
     return re.search(r'class="flash[^"]*"[^>]*>(.*?)</', resp.get_data(as_text=True), re.S).group(1).strip()
 
 
+def _chart_times(page: str) -> list[str]:
+    return re.findall(r"<title>([^<]*?) UTC:", page)
+
+
+def test_acknowledging_says_how_many_sinks_will_be_told(client, auth, fired, receiver):
+    _, incident = fired
+    auth.login("oncall")
+    told = _flash(client.post(f"/incidents/{incident.id}/acknowledge", data={"csrf_token": auth.csrf()},
+                              follow_redirects=True))
+    assert "have been told" not in told
+    assert "No notification sink is configured, so none will be told" in told and "an admin" in told
+    notifications.add_sink("json", receiver.url + "/ok")
+    notifications.add_sink("slack", receiver.url + "/ok")
+    told = _flash(client.post(f"/incidents/{incident.id}/resolve", data={"csrf_token": auth.csrf()},
+                              follow_redirects=True))
+    assert told.startswith("Resolved: 2 notification sinks will be told.")
+
+
+def test_the_chart_ends_now_or_when_it_resolved(client, auth, fired, clock):
+    _, incident = fired
+    auth.login("oncall")
+    times = _chart_times(client.get(f"/incidents/{incident.id}").get_data(as_text=True))
+    assert times[-1] == minute_of(clock.now()).strftime(SHOWN)
+    client.post(f"/incidents/{incident.id}/resolve", data={"csrf_token": auth.csrf()})
+    resolved_at = clock.now()
+    clock.advance(minutes=30)
+    times = _chart_times(client.get(f"/incidents/{incident.id}").get_data(as_text=True))
+    assert times[-1] == minute_of(resolved_at).strftime(SHOWN)
+
+
+def test_the_chart_says_its_scale_and_its_real_counts(client, auth, fired):
+    _, incident = fired
+    auth.login("oncall")
+    page = " ".join(client.get(f"/incidents/{incident.id}").get_data(as_text=True).split())
+    attempts = db.session.scalar(select(func.count()).select_from(Attempt))
+    assert not re.search(r">\d+ attempts<", page)  # the scale's top is not a count
+    assert re.search(r">scale: 0 to \d+ attempts per 1 min<", page)
+    assert f"In this chart: 0 succeeded, {attempts} failed, 5 dead-lettered." in page
+
+
+def test_the_windows_dead_letters_count_those_since_replayed(client, auth, fired):
+    _, incident = fired
+    auth.login("operator")
+    client.post(f"/incidents/{incident.id}/replay", data={"csrf_token": auth.csrf()})
+    page = " ".join(client.get(f"/incidents/{incident.id}").get_data(as_text=True).split())
+    assert "Dead letters in the window (0)" not in page
+    assert "5 dead-lettered in the window: 5 replayed since, 0 still dead." in page
+
+
+def test_every_time_on_the_pages_is_written_one_way(client, auth, fired, clock):
+    _, incident = fired
+    auth.login("oncall")
+    client.post(f"/incidents/{incident.id}/acknowledge", data={"csrf_token": auth.csrf()})
+    client.post(f"/incidents/{incident.id}/snooze", data={"csrf_token": auth.csrf(), "hours": "4"})
+    for path in (f"/incidents/{incident.id}", "/incidents"):
+        text = re.sub(r"<[^>]+>", " ", client.get(path).get_data(as_text=True))
+        dated = re.findall(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?(?:\.\d+)?Z?", text)
+        assert dated and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", t) for t in dated), dated
+        assert not re.search(r"(?<![-\d ])(?<!\d\d \d\d)\b\d\d:\d\d\b(?!:\d\d)", re.sub(
+            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "", text)), "a time without its date"
+
+
 def test_the_first_sign_is_never_before_the_subscription_existed(app, producer, receiver, clock, users):
     sub = producer.subscribe(receiver.url + "/status/503")
     created_at = db.session.get(Subscription, sub["id"]).created_at
@@ -166,3 +228,39 @@ def test_the_first_sign_is_never_before_the_subscription_existed(app, producer, 
     incident = db.session.scalar(select(Incident))
     assert incident.rule == "failure_rate"
     assert incident.first_seen_at >= created_at
+
+
+def test_a_snooze_can_be_ended_and_is_never_shortened_silently(client, auth, fired, clock):
+    _, incident = fired
+    auth.login("oncall")
+    client.post(f"/incidents/{incident.id}/snooze", data={"csrf_token": auth.csrf(), "hours": "12"})
+    long_until = clock.now() + dt.timedelta(hours=12)
+    clock.advance(minutes=5)
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    short_until = clock.now() + dt.timedelta(hours=1)
+    assert f"1 hour: shortens it to {short_until:{SHOWN}}" in page
+    told = _flash(client.post(f"/incidents/{incident.id}/snooze", data={"csrf_token": auth.csrf(), "hours": "1"},
+                              follow_redirects=True))
+    assert told.startswith(f"Snooze shortened: until {short_until:{SHOWN}} UTC (it was until {long_until:{SHOWN}} UTC)")
+    db.session.refresh(incident)
+    assert incident.snoozed_until == short_until
+
+    assert client.post(f"/incidents/{incident.id}/unsnooze").status_code == 400  # no CSRF token
+    assert client.get(f"/incidents/{incident.id}/unsnooze").status_code == 405
+    client.post("/logout", data={"csrf_token": auth.csrf()})
+    auth.login("outsider")
+    assert client.post(f"/incidents/{incident.id}/unsnooze", data={"csrf_token": auth.csrf()}).status_code == 404
+    client.post("/logout", data={"csrf_token": auth.csrf()})
+    auth.login("oncall")
+    told = _flash(client.post(f"/incidents/{incident.id}/unsnooze", data={"csrf_token": auth.csrf()},
+                              follow_redirects=True))
+    assert told.startswith("Snooze ended: notifications about it resume now.")
+    db.session.refresh(incident)
+    assert incident.snoozed_until is None
+    [entry] = db.session.scalars(select(AuditEntry).where(AuditEntry.action == "incident.unsnoozed"))
+    assert entry.actor == "oncall@example.com"
+    page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
+    assert "snoozed until" not in page and "End snooze" not in page
+    told = _flash(client.post(f"/incidents/{incident.id}/unsnooze", data={"csrf_token": auth.csrf()},
+                              follow_redirects=True))
+    assert told == "It is not snoozed: nothing to end."

@@ -50,7 +50,7 @@ def get_incident(incident_id):
            body=schemas.AcknowledgeInput, body_required=False, responses={200: schemas.Incident}, errors=(409,))
 def acknowledge_incident(incident_id, body: schemas.AcknowledgeInput):
     incident = _team_incident(incident_id)
-    if not incident_service.acknowledge(incident, _who(), body.note):
+    if incident_service.acknowledge(incident, _who(), body.note) is None:
         raise ApiError(409, f"this incident is {incident.state}: only an open one can be acknowledged")
     return jsonify(shapes.incident(incident))
 
@@ -70,7 +70,7 @@ def snooze_incident(incident_id, body: schemas.SnoozeInput):
            "next sweep opens a new one", responses={200: schemas.Incident}, errors=(409,))
 def resolve_incident(incident_id):
     incident = _team_incident(incident_id)
-    if not incident_service.resolve(incident, _who()):
+    if incident_service.resolve(incident, _who()) is None:
         raise ApiError(409, "this incident is already resolved")
     return jsonify(shapes.incident(incident))
 
