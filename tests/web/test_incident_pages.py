@@ -109,6 +109,8 @@ def test_owners_tune_a_rule_and_bad_input_changes_nothing(client, auth, fired, a
                        data={"csrf_token": auth.csrf(), "enabled": "on", "threshold": "10", "window_minutes": "30",
                              "back": f"/incidents/{incident.id}"})
     assert resp.status_code == 302 and resp.headers["Location"] == f"/incidents/{incident.id}"
+    assert "Saved: dead_letters opens an incident when at least 10 dead letters in 30 min." in \
+        client.get(resp.headers["Location"]).get_data(as_text=True)
     clock.advance(minutes=1)
     sweep_once(app)  # 5 dead letters no longer reach the subscription's own threshold of 10
     clock.advance(minutes=31)
@@ -117,6 +119,7 @@ def test_owners_tune_a_rule_and_bad_input_changes_nothing(client, auth, fired, a
     assert db.session.get(Incident, incident.id).state == "resolved"
     client.post(f"/subscriptions/{sub['id']}/rules/failure_rate", data={"csrf_token": auth.csrf()})
     page = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
+    assert "Saved: failure_rate is off: it opens no incident." in page
     assert "at least 10 dead letters in 30 min" in page
     assert db.session.get(IncidentRule, (sub["id"], "failure_rate")).enabled is False
 
