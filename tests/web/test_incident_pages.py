@@ -205,6 +205,22 @@ def test_the_windows_dead_letters_count_those_since_replayed(client, auth, fired
     assert "5 dead-lettered in the window: 5 replayed since, 0 still dead." in page
 
 
+def test_still_dead_counts_the_same_window_as_the_figure_beside_it(app, client, auth, fired, producer, clock):
+    _, incident = fired  # five dead letters four minutes into the outage
+    clock.advance(minutes=4)
+    for _ in range(5):
+        producer.publish()
+    for _ in range(3):
+        deliver_due(app, clock)
+        clock.advance(minutes=2)
+    clock.advance(minutes=4)
+    sweep_once(app)  # the 15-minute window now holds the second five only; ten are still dead
+    auth.login("oncall")
+    page = " ".join(client.get(f"/incidents/{incident.id}").get_data(as_text=True).split())
+    assert "5 dead-lettered in the 15-minute window, 5 still dead" in page
+    assert "10 dead-lettered in the window: 0 replayed since, 10 still dead." in page
+
+
 def test_every_time_on_the_pages_is_written_one_way(client, auth, fired, clock):
     _, incident = fired
     auth.login("oncall")

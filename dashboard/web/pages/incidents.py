@@ -161,6 +161,17 @@ def dead_letter_counts(sub_id: str, since: dt.datetime, until: dt.datetime) -> D
     return DeadLetterCounts(max(int(lettered), still_dead + discarded), still_dead, discarded)
 
 
+def still_dead_of_figures(sub_id: str, incident: Incident) -> int | None:
+    """Of the dead letters its figures count (their window, up to when the rule was last seen true), those still
+    dead: the same window as the figure it stands beside."""
+    minutes = (incident.figures or {}).get("window_minutes")
+    if "dead" not in (incident.figures or {}) or not minutes:
+        return None
+    since = outcomes.minute_of(incident.last_seen_at - dt.timedelta(minutes=minutes))
+    return db.session.scalar(select(func.count()).select_from(
+        dead_in_window(sub_id, since, incident.last_seen_at).subquery()))
+
+
 def snooze_options(inc: Incident, now: dt.datetime) -> list[tuple[int, str]]:
     """The snooze choices, each saying when it would end and, over a running snooze, whether it shortens it."""
     running = inc.snoozed_until if incidents.snoozed(inc, now) else None
@@ -200,8 +211,8 @@ def incident(incident_id):
             since=since, until=until, buckets=buckets, bucket_minutes=bucket_minutes, marks=marks,
             errors=last_errors(sub.id, since, until),
             dead=db.session.scalars(dead_query.limit(DEAD_SHOWN)).all(),
-            dead_counts=(dead_counts := dead_letter_counts(sub.id, since, until)),
-            figures=incidents.describe_figures(inc, still_dead=dead_counts.still_dead),
+            dead_counts=dead_letter_counts(sub.id, since, until),
+            figures=incidents.describe_figures(inc, still_dead=still_dead_of_figures(sub.id, inc)),
             can_operate=access.can_operate(current_user, sub), audit_url=audit_url(sub.id))
     return render_template("incidents/incident.html", **context)
 
