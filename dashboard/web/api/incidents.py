@@ -1,5 +1,6 @@
-"""A team's incidents over the API, for on-call tooling: list and read them, acknowledge with a note, snooze,
-resolve by hand, each as the incident's page does it (audited, the sinks told), with the token as the actor."""
+"""A team's incidents over the API, for on-call tooling: list and read them, acknowledge with a note, snooze
+(and end a snooze), resolve by hand, each as the incident's page does it (audited, the sinks told), with the
+token as the actor."""
 
 from __future__ import annotations
 
@@ -62,6 +63,16 @@ def acknowledge_incident(incident_id, body: schemas.AcknowledgeInput):
 def snooze_incident(incident_id, body: schemas.SnoozeInput):
     incident = _team_incident(incident_id)
     incident_service.snooze(incident, _who(), parse_time(body.until, "until"))
+    return jsonify(shapes.incident(incident))
+
+
+@bp.post("/incidents/<incident_id>/unsnooze")
+@operation("End an incident's snooze now: notifications about it, and about its cause should it return, resume",
+           responses={200: schemas.Incident}, errors=(409,))
+def end_incident_snooze(incident_id):
+    incident = _team_incident(incident_id)
+    if not incident_service.end_snooze(incident):
+        raise ApiError(409, "this incident is not snoozed")
     return jsonify(shapes.incident(incident))
 
 
