@@ -77,11 +77,18 @@ def window_figures(ids: list[str], since: dt.datetime) -> dict[str, tuple]:
 
 
 def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fired]:
-    """Every (subscription id or None, rule) whose rule is true now, with its figures."""
+    """Every (subscription id or None, rule) whose rule is true now, with its figures. `subs`: (id, team id,
+    created_at) of every subscription."""
     fired: dict[tuple[str | None, str], Fired] = {}
-    teams = {sub_id: team_id for sub_id, team_id in subs}
+    teams = {sub_id: team_id for sub_id, team_id, _ in subs}
+    created = {sub_id: created_at for sub_id, _, created_at in subs}
+
+    def first_sign(sub_id: str, minute: dt.datetime) -> dt.datetime:
+        # Outcomes are counted per minute: a subscription's first minute starts before it existed.
+        return max(minute, created[sub_id])
+
     by_window = defaultdict(set)
-    for sub_id, _ in subs:
+    for sub_id, _, _ in subs:
         for rule in ("dead_letters", "failure_rate"):
             s = settings[sub_id][rule]
             if s.enabled:
@@ -92,7 +99,8 @@ def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fir
             s = settings[sub_id]["dead_letters"]
             if s.enabled and s.window_minutes == window and dead >= s.threshold:
                 fired[(sub_id, s.rule)] = Fired(teams[sub_id], {
-                    "dead": dead, "threshold": s.threshold, "window_minutes": window}, first_dead or now)
+                    "dead": dead, "threshold": s.threshold, "window_minutes": window},
+                    first_sign(sub_id, first_dead or now))
             s = settings[sub_id]["failure_rate"]
             attempts = succeeded + failed
             if (s.enabled and s.window_minutes == window and attempts and attempts >= s.min_attempts
@@ -100,7 +108,7 @@ def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fir
                 fired[(sub_id, s.rule)] = Fired(teams[sub_id], {
                     "failed": failed, "attempts": attempts, "failed_percent": round(100 * failed / attempts, 1),
                     "threshold": s.threshold, "min_attempts": s.min_attempts, "window_minutes": window},
-                    first_failed or now)
+                    first_sign(sub_id, first_failed or now))
     streaks = db.session.execute(select(SubscriptionHealth.subscription_id, SubscriptionHealth.failing_since,
                                         SubscriptionHealth.last_failure_at, SubscriptionHealth.streak_failures)
                                  .where(SubscriptionHealth.failing_since.is_not(None))).all()
@@ -109,6 +117,7 @@ def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fir
         if s is None or not s.enabled:
             continue
         window = dt.timedelta(minutes=s.window_minutes)
+        since = first_sign(sub_id, since)
         if since <= now - window and last_failure >= now - window:  # failing all along, and still trying
             fired[(sub_id, s.rule)] = Fired(teams[sub_id], {
                 "failing_since": iso(since), "failed_attempts": failures, "window_minutes": s.window_minutes}, since)
@@ -133,6 +142,16 @@ def rules_of(incident: Incident) -> dict:
                                               "last_seen_at": iso(incident.last_seen_at)}}
 
 
+def _read_iso(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.removesuffix("Z"))
+
+
+def rules_last_seen(incident: Incident) -> list[tuple[str, dt.datetime]]:
+    """Every rule of the incident, with when it was last seen true."""
+    return [(rule, incident.last_seen_at if seen.get("last_seen_at") is None else _read_iso(seen["last_seen_at"]))
+            for rule, seen in rules_of(incident).items()]
+
+
 def _setting(incident: Incident, rule: str, settings):
     return backlog_setting() if rule == "backlog" else settings.get(incident.subscription_id, {}).get(rule)
 
@@ -140,10 +159,8 @@ def _setting(incident: Incident, rule: str, settings):
 def _quiet(incident: Incident, now: dt.datetime, settings) -> bool:
     """Has every rule of the incident been false for its whole window (or been switched off, or its
     subscription deleted)?"""
-    for rule, seen in rules_of(incident).items():
+    for rule, last_seen in rules_last_seen(incident):
         setting = _setting(incident, rule, settings)
-        last_seen = incident.last_seen_at if seen.get("last_seen_at") is None else \
-            dt.datetime.fromisoformat(seen["last_seen_at"].removesuffix("Z"))
         if setting is not None and setting.enabled and now - last_seen < dt.timedelta(minutes=setting.window_minutes):
             return False
     return True
@@ -153,8 +170,8 @@ def check_rules(now: dt.datetime) -> None:
     """One outage of one subscription is one incident, whatever the number of its rules that fire: a rule that
     fires while its subscription's incident is unresolved joins it (and is listed in `rules`) without a
     notification; the incident resolves once all of them have been quiet for their windows."""
-    subs = db.session.execute(select(Subscription.id, Subscription.team_id)).all()
-    settings = settings_for([sub_id for sub_id, _ in subs])
+    subs = db.session.execute(select(Subscription.id, Subscription.team_id, Subscription.created_at)).all()
+    settings = settings_for([sub_id for sub_id, _, _ in subs])
     fired = firing(now, subs, settings)
     by_sub: dict[str | None, dict[str, Fired]] = defaultdict(dict)
     for (sub_id, rule), found in fired.items():
@@ -214,10 +231,14 @@ def _sub_ref(incident: Incident):
     return _SubRef(incident.subscription_id, incident.team_id) if incident.subscription_id else None
 
 
+def _of_cause(sub_id: str | None):
+    """The incidents of this subscription, or of Promesa's own health."""
+    return Incident.subscription_id.is_(None) if sub_id is None else Incident.subscription_id == sub_id
+
+
 def _snooze_in_force(sub_id: str | None, now: dt.datetime) -> Incident | None:
     """The latest incident of this subscription (or of Promesa's own health), if its snooze still runs."""
-    where = Incident.subscription_id.is_(None) if sub_id is None else Incident.subscription_id == sub_id
-    return db.session.scalar(select(Incident).where(where, Incident.snoozed_until > now)
+    return db.session.scalar(select(Incident).where(_of_cause(sub_id), Incident.snoozed_until > now)
                              .order_by(Incident.opened_at.desc()).limit(1))
 
 
@@ -226,53 +247,74 @@ def snoozed(incident: Incident, now: dt.datetime | None = None) -> bool:
     return incident.snoozed_until is not None and incident.snoozed_until > now
 
 
-def acknowledge(incident: Incident, who: str, note: str = "") -> bool:
-    """Someone is on it, optionally saying what they are doing. False when it was already acknowledged or resolved."""
+def acknowledge(incident: Incident, who: str, note: str = "") -> int | None:
+    """Someone is on it, optionally saying what they are doing. Returns how many sinks will be told; None when it
+    was already acknowledged or resolved."""
     note = (note or "").strip()
     if len(note) > INCIDENT_NOTE_MAX:
         raise ApiError(400, f"the note must be at most {INCIDENT_NOTE_MAX} characters")
     if incident.state != IncidentState.OPEN:
-        return False
+        return None
     incident.state = IncidentState.ACKNOWLEDGED
     incident.acknowledged_at = current_app.config["CLOCK"].now()
     incident.acknowledged_by = who
     incident.acknowledged_note = note or None
     audit.record("incident.acknowledged", team_id=incident.team_id, target=f"incident:{incident.id}",
                  subscription=_sub_ref(incident), detail={"note": note} if note else None)
-    notifications.incident_changed(incident, "acknowledged")
+    told = notifications.incident_changed(incident, "acknowledged")
     db.session.commit()
-    return True
+    return told
 
 
 MAX_SNOOZE = dt.timedelta(days=7)
 
 
-def snooze(incident: Incident, who: str, until: dt.datetime) -> None:
+def snooze(incident: Incident, who: str, until: dt.datetime) -> dt.datetime | None:
     """No notifications about it until then; it stays on the dashboard and still resolves by itself. If its cause
-    resolves and returns before then, the new incident is snoozed too."""
+    resolves and returns before then, the new incident is snoozed too. A snooze already running is replaced, longer
+    or shorter: returns when it would have ended (None when it was not snoozed), for the caller to say so."""
     now = current_app.config["CLOCK"].now()
     if incident.resolved_at is not None:
         raise ApiError(409, "this incident is resolved: there is nothing to snooze")
     if not now < until <= now + MAX_SNOOZE:
         raise ApiError(400, "snooze for between a minute and 7 days")
+    was_until = incident.snoozed_until if snoozed(incident, now) else None
     incident.snoozed_until, incident.snoozed_by = until, who
     audit.record("incident.snoozed", team_id=incident.team_id, target=f"incident:{incident.id}",
-                 subscription=_sub_ref(incident), detail={"until": iso(until)})
+                 subscription=_sub_ref(incident),
+                 detail={"until": iso(until), **({"was_until": iso(was_until)} if was_until else {})})
     db.session.commit()
+    return was_until
 
 
-def resolve(incident: Incident, who: str) -> bool:
-    """Resolved by hand (the cause is fixed, or it was noise). If the rule still fires, the sweeper opens a new
-    incident. False when it was already resolved."""
-    if incident.resolved_at is not None:
+def end_snooze(incident: Incident) -> bool:
+    """Notifications about it (and about its cause, should it return) resume now. False when it was not snoozed."""
+    now = current_app.config["CLOCK"].now()
+    if not snoozed(incident, now):
         return False
+    was_until = incident.snoozed_until
+    # The cause's earlier incidents carry the same snooze ("ignore until"): it ends for all of them.
+    for running in db.session.scalars(select(Incident).where(_of_cause(incident.subscription_id),
+                                                             Incident.snoozed_until > now)):
+        running.snoozed_until, running.snoozed_by = None, None
+    audit.record("incident.unsnoozed", team_id=incident.team_id, target=f"incident:{incident.id}",
+                 subscription=_sub_ref(incident), detail={"was_until": iso(was_until)})
+    db.session.commit()
+    return True
+
+
+def resolve(incident: Incident, who: str) -> int | None:
+    """Resolved by hand (the cause is fixed, or it was noise). If the rule still fires, the sweeper opens a new
+    incident. Returns how many sinks will be told; None when it was already resolved."""
+    if incident.resolved_at is not None:
+        return None
     incident.state, incident.resolved_at = IncidentState.RESOLVED, current_app.config["CLOCK"].now()
     incident.resolved_by = who
     audit.record("incident.resolved", team_id=incident.team_id, target=f"incident:{incident.id}",
                  subscription=_sub_ref(incident), detail={"by": "hand"})
-    notifications.incident_changed(incident, "resolved")
+    told = notifications.incident_changed(incident, "resolved")
     db.session.commit()
-    return True
+    return told
 
 
 def open_count(user) -> int:
@@ -300,7 +342,7 @@ def describe_figures(incident: Incident, still_dead: int | None = None) -> list[
                    f"({f.get('failed_percent', 0):g} %; fires at {f.get('threshold', 0):g} % of at least "
                    f"{f.get('min_attempts', 0)} attempts)")
     if "failing_since" in f:
-        out.append(f"no success since {f['failing_since'].replace('T', ' ').rstrip('Z')} UTC, "
+        out.append(f"no success since {_read_iso(f['failing_since']):%Y-%m-%d %H:%M:%S} UTC, "
                    f"{f.get('failed_attempts', 0)} failed attempts in a row")
     if "due" in f:
         out.append(f"{f['due']} deliveries due; the oldest has waited {f.get('oldest_waited_minutes', 0):g} min")

@@ -155,9 +155,7 @@ def notify(kind: str, *, text: str, path: str, data: dict, team_id: int | None =
     thin = _thin(event_type, data)
     staged = 0
     if kind in SINK_NOTIFICATIONS and to_sinks:
-        sinks = [(sub_id, sink_kind) for sub_id, sink_kind, teams, kinds in db.session.execute(
-                 select(NotificationSink.subscription_id, NotificationSink.kind, NotificationSink.team_ids,
-                        NotificationSink.kinds)).all() if hears(teams, kinds, kind, team_id) and sub_id not in not_to]
+        sinks = sinks_hearing(kind, team_id, not_to)
         if sinks:
             message = json.dumps({"text": f"{slack_escape(text)} <{slack_escape(absolute(path))}|Open in Promesa>"})
             slack = lambda _event_id: message  # noqa: E731 - Slack reads its own shape, without our id
@@ -168,6 +166,13 @@ def notify(kind: str, *, text: str, path: str, data: dict, team_id: int | None =
         wanting = [sub_id for sub_id in subscribers(team_id, event_type) if sub_id != data.get("subscription_id")]
         staged += store_events(team_id, event_type, data, {sub_id: thin for sub_id in wanting})
     return staged
+
+
+def sinks_hearing(kind: str, team_id: int | None, not_to: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """(subscription id, sink kind) of every sink whose filter takes this notification, but those in `not_to`."""
+    return [(sub_id, sink_kind) for sub_id, sink_kind, teams, kinds in db.session.execute(
+            select(NotificationSink.subscription_id, NotificationSink.kind, NotificationSink.team_ids,
+                   NotificationSink.kinds)).all() if hears(teams, kinds, kind, team_id) and sub_id not in not_to]
 
 
 def hears(team_ids, kinds, kind: str, team_id: int | None) -> bool:
@@ -215,10 +220,14 @@ def _not_to(subscription_ids, sinks: dict[str, NotificationSink]) -> frozenset[s
     return frozenset(sub_id for sub_id in subscription_ids if sub_id in sinks)
 
 
+def _snoozed(incident) -> bool:
+    return incident.snoozed_until is not None and incident.snoozed_until > current_app.config["CLOCK"].now()
+
+
 def incident_changed(incident, change: str, to_sinks: bool = True) -> int:
     """Opened, acknowledged or resolved: to the sinks (but the one it is about), and (opened, resolved) to the
-    team; nothing while snoozed."""
-    if incident.snoozed_until is not None and incident.snoozed_until > current_app.config["CLOCK"].now():
+    team; nothing while snoozed. Returns how many sinks will be told."""
+    if _snoozed(incident):
         return 0
     from_rules = incident.rules or {incident.rule: {}}
     sinks = _sinks_by_subscription()
@@ -238,20 +247,21 @@ def incident_changed(incident, change: str, to_sinks: bool = True) -> int:
             text += ". Also fired: " + ", ".join(title(r) for r in from_rules if r != incident.rule) + "."
     data = {"incident_id": incident.id, "rule": incident.rule, "rules": list(from_rules), "state": incident.state,
             "subscription_id": incident.subscription_id, "opened_at": iso(incident.opened_at)}
-    return notify(f"incident.{change}", text=text, path=f"/incidents/{incident.id}", data=data,
-                  team_id=incident.team_id, to_sinks=to_sinks, not_to=_not_to([incident.subscription_id], sinks))
+    not_to = _not_to([incident.subscription_id], sinks)
+    notify(f"incident.{change}", text=text, path=f"/incidents/{incident.id}", data=data,
+           team_id=incident.team_id, to_sinks=to_sinks, not_to=not_to)
+    return len(sinks_hearing(f"incident.{change}", incident.team_id, not_to)) if to_sinks else 0
 
 
-def incidents_changed(changes: list[tuple]) -> int:
+def incidents_changed(changes: list[tuple]) -> None:
     """A sweep's incidents opened and resolved: the first GROUP_AFTER of each change one by one, the rest to the
     sinks as one message per team ("12 more incidents opened in team alpha", linking to that list). Teams' own
-    subscriptions still get one event per incident: they asked for each."""
-    staged = 0
+    subscriptions still get one event per incident: they asked for each. Snoozed ones are told to nobody."""
     sinks = _sinks_by_subscription()
     for change in ("opened", "acknowledged", "resolved"):
-        incidents = [incident for incident, what in changes if what == change]
+        incidents = [incident for incident, what in changes if what == change and not _snoozed(incident)]
         for n, incident in enumerate(incidents):
-            staged += incident_changed(incident, change, to_sinks=n < GROUP_AFTER)
+            incident_changed(incident, change, to_sinks=n < GROUP_AFTER)
         by_team: dict[int | None, list] = {}
         for incident in incidents[GROUP_AFTER:]:
             by_team.setdefault(incident.team_id, []).append(incident)
@@ -263,10 +273,9 @@ def incidents_changed(changes: list[tuple]) -> int:
             path = f"/incidents?{urlencode({'team': name, 'state': state} if name else {'state': state})}"
             more = "more incident" + ("s" if len(group) > 1 else "")
             text = f"{len(group)} {more} {change} in " + (f"team {name}." if name else "Promesa itself.")
-            staged += notify(f"incident.{change}", text=text, path=path,
-                             data={"incident_ids": [i.id for i in group], "count": len(group), "team": name},
-                             not_to=_not_to([i.subscription_id for i in group], sinks))
-    return staged
+            notify(f"incident.{change}", text=text, path=path,
+                   data={"incident_ids": [i.id for i in group], "count": len(group), "team": name},
+                   not_to=_not_to([i.subscription_id for i in group], sinks))
 
 
 def subscription_disabled(sub: Subscription, reason: str) -> int:

@@ -5,6 +5,7 @@ the other sinks once. Real Redis, a real database, real HTTP receivers; the cloc
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from urllib.parse import urlsplit
@@ -122,7 +123,8 @@ def test_twenty_failing_subscriptions_and_one_batch_do_not_flood_the_sinks(app, 
         assert not any(secret in body for body in bodies), secret
 
 
-def test_a_burst_of_resolutions_is_grouped_too(app, client, clock, receivers):
+def _six_incidents_told(app, client, clock, receivers):
+    """Six failing subscriptions of team alpha open six incidents in one sweep, told to one Slack sink."""
     endpoint, good, _, _ = receivers
     notifications.add_sink("slack", good.url + "/services/T1/B1/good-secret")
     alpha = Producer(client, "alpha")
@@ -132,6 +134,11 @@ def test_a_burst_of_resolutions_is_grouped_too(app, client, clock, receivers):
     _deliver_until_settled(app, clock)
     sweep_once(app)
     _deliver_until_settled(app, clock, rounds=1)
+    return good
+
+
+def test_a_burst_of_resolutions_is_grouped_too(app, client, clock, receivers):
+    good = _six_incidents_told(app, client, clock, receivers)
     assert len(_texts(good)) == 4
     clock.advance(minutes=20)  # both rules quiet for their 15-minute windows
     sweep_once(app)
@@ -144,6 +151,20 @@ def test_a_burst_of_resolutions_is_grouped_too(app, client, clock, receivers):
     [grouped] = [t for t in resolved if not t.startswith("Incident resolved:")]
     assert grouped.startswith("3 more incidents resolved in team alpha.")
     assert "/incidents?team=alpha&amp;state=resolved|" in grouped  # (Slack's escaping of the text)
+
+
+def test_snoozed_incidents_are_left_out_of_the_grouped_message_too(app, client, clock, receivers):
+    # "Snoozed: no notifications about it until then" holds in a burst as well.
+    from dashboard.operations import incidents
+
+    good = _six_incidents_told(app, client, clock, receivers)
+    told = len(_texts(good))
+    for incident in db.session.scalars(select(Incident)).all():
+        incidents.snooze(incident, "oncall@example.com", clock.now() + dt.timedelta(hours=4))
+    clock.advance(minutes=20)  # both rules quiet for their 15-minute windows: all six resolve in one sweep
+    sweep_once(app)
+    deliver_due(app, clock)
+    assert [t for t in _texts(good)[told:] if "Delivery backlog" not in t] == []
 
 
 def test_a_rule_firing_later_joins_the_open_incident_without_a_message(app, client, clock, receivers):

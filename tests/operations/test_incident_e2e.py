@@ -75,7 +75,8 @@ def test_from_failure_to_resolution(app, client, auth, producer, endpoint, sink,
     page = client.get(urlsplit(link).path)
     text = page.get_data(as_text=True)
     assert page.status_code == 200 and incident.id in text and endpoint.url in text
-    assert "6 dead-lettered in the 15-minute window, 6 still dead" in text and "Dead letters in the window (6)" in text
+    assert "6 dead-lettered in the 15-minute window, 6 still dead" in text
+    assert "6 dead-lettered in the window: 0 replayed since, 6 still dead." in " ".join(text.split())
     client.post(urlsplit(link).path + "/acknowledge", data={"csrf_token": auth.csrf()})
     deliver_due(app, clock)
     assert "Incident acknowledged by oncall@example.com" in sink.accepted_json()[-1]["text"]

@@ -134,8 +134,8 @@ def test_acknowledge_is_once_and_recorded(app, producer, receiver, clock, users)
     _fail_to_dead(app, clock)
     sweep_once(app)
     [incident] = _incidents()
-    assert incidents.acknowledge(incident, "oncall@example.com")
-    assert not incidents.acknowledge(incident, "admin@example.com")
+    assert incidents.acknowledge(incident, "oncall@example.com") == 0  # no sink to tell
+    assert incidents.acknowledge(incident, "admin@example.com") is None
     [incident] = _incidents()
     assert (incident.state, incident.acknowledged_by) == (IncidentState.ACKNOWLEDGED, "oncall@example.com")
 

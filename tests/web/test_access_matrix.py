@@ -85,6 +85,7 @@ MATRIX = {
     ("pages.acknowledge_incident", "POST"): ACKNOWLEDGE,
     # Snoozing and resolving by hand: whoever may acknowledge (the matrix posts no `hours`: a 400).
     ("pages.snooze_incident", "POST"): ACKNOWLEDGE,
+    ("pages.end_incident_snooze", "POST"): ACKNOWLEDGE,
     ("pages.resolve_incident", "POST"): ACKNOWLEDGE,
     ("pages.replay_incident", "POST"): OPERATE,
     ("pages.pause_from_incident", "POST"): OPERATE,

@@ -88,3 +88,15 @@ def test_acknowledge_snooze_and_resolve_over_the_api_are_audited_and_told(app, p
     told = db.session.scalars(select(Event.type).where(Event.team_id == notifications.system_team().id)
                               .order_by(Event.created_at)).all()
     assert told == ["promesa.incident.acknowledged"]  # resolved while snoozed: the sinks are not told
+
+
+def test_a_snooze_ends_over_the_api_as_on_the_page(producer, fired, clock):  # noqa: F811
+    _, incident = fired
+    until = iso(clock.now() + dt.timedelta(hours=4))
+    assert producer.post(f"/api/v1/incidents/{incident.id}/snooze", {"until": until}).get_json()["snoozed_until"] == until
+    ended = producer.post(f"/api/v1/incidents/{incident.id}/unsnooze")
+    assert ended.status_code == 200 and ended.get_json()["snoozed_until"] is None
+    again = producer.post(f"/api/v1/incidents/{incident.id}/unsnooze")
+    assert again.status_code == 409 and "not snoozed" in again.get_json()["error"]
+    assert db.session.scalars(select(AuditEntry.actor_kind).where(AuditEntry.action == "incident.unsnoozed")).all() \
+        == ["token"]

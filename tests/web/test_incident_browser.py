@@ -1,6 +1,6 @@
 """The on-call page in a real browser, under the strict Content-Security-Policy the dashboard will
-send: on-call follows the link and acknowledges, an operator replays from it. Screenshots go to
-test-output/screenshots/ (git-ignored)."""
+send: on-call follows the link, acknowledges, snoozes and ends the snooze, an operator replays from it; the
+page and the list fit a desktop and a phone. Screenshots go to test-output/screenshots/ (git-ignored)."""
 
 from __future__ import annotations
 
@@ -13,19 +13,13 @@ from dashboard.core.extensions import db
 from dashboard.models import Incident
 from dashboard.operations.sweeper import sweep_once
 
+from tests.support.browser import DESKTOP, PHONE, assert_fits, sign_in
 from tests.web.test_browser import browser_page, deliver_due, live_url  # noqa: F401 - shared fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'")
-
-
-def _sign_in(page, live_url, role):  # noqa: F811
-    page.goto(live_url + "/login")
-    page.fill("input[name=email]", f"{role}@example.com")
-    page.fill("input[name=password]", f"pw-{role}")
-    page.click("button[type=submit]")
 
 
 def test_oncall_acknowledges_and_an_operator_replays_in_the_browser(app, producer, receiver, clock, users,
@@ -46,7 +40,7 @@ def test_oncall_acknowledges_and_an_operator_replays_in_the_browser(app, produce
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page = browser_page
 
-    _sign_in(page, live_url, "oncall")
+    sign_in(page, live_url, "oncall")
     assert page.locator(".badge").inner_text() == "1 open incident"
     page.click(".badge")
     page.click("text=Dead letters piling up")
@@ -61,10 +55,23 @@ def test_oncall_acknowledges_and_an_operator_replays_in_the_browser(app, produce
     page.screenshot(path=str(SCREENSHOTS / "incident-open-oncall.png"), full_page=True)
     page.click("button:text('Acknowledge')")
     assert page.locator("#incident-state").inner_text() == "acknowledged"
+    assert "No notification sink is configured, so none will be told" in page.locator(".flash").inner_text()
     assert page.locator("button:text('Replay these')").count() == 0  # on-call acknowledges, nothing more
+    page.click("button:text-is('Snooze')")
+    assert page.locator(".flash").inner_text().startswith("Snoozed until")
+    for size in (DESKTOP, PHONE):  # snoozed: its longest form
+        page.set_viewport_size(size)
+        for path in (f"/incidents/{incident.id}", "/incidents"):
+            page.goto(live_url + path)
+            assert_fits(page)
+    page.set_viewport_size(DESKTOP)
+    page.goto(f"{live_url}/incidents/{incident.id}")
+    page.click("button:text('End snooze')")
+    assert page.locator(".flash").inner_text() == "Snooze ended: notifications about it resume now."
+    assert page.locator("#incident-snoozed").count() == 0
     page.click("text=Sign out")
 
-    _sign_in(page, live_url, "operator")
+    sign_in(page, live_url, "operator")
     page.goto(f"{live_url}/incidents/{incident.id}")
     page.click("button:text('Replay these')")
     assert "Replaying 6 dead letters" in page.locator(".flash").inner_text()

@@ -1,5 +1,6 @@
-"""A team's incidents over the API, for on-call tooling: list and read them, acknowledge with a note, snooze,
-resolve by hand, each as the incident's page does it (audited, the sinks told), with the token as the actor."""
+"""A team's incidents over the API, for on-call tooling: list and read them, acknowledge with a note, snooze
+(and end a snooze), resolve by hand, each as the incident's page does it (audited, the sinks told), with the
+token as the actor."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def get_incident(incident_id):
            body=schemas.AcknowledgeInput, body_required=False, responses={200: schemas.Incident}, errors=(409,))
 def acknowledge_incident(incident_id, body: schemas.AcknowledgeInput):
     incident = _team_incident(incident_id)
-    if not incident_service.acknowledge(incident, _who(), body.note):
+    if incident_service.acknowledge(incident, _who(), body.note) is None:
         raise ApiError(409, f"this incident is {incident.state}: only an open one can be acknowledged")
     return jsonify(shapes.incident(incident))
 
@@ -65,12 +66,22 @@ def snooze_incident(incident_id, body: schemas.SnoozeInput):
     return jsonify(shapes.incident(incident))
 
 
+@bp.post("/incidents/<incident_id>/unsnooze")
+@operation("End an incident's snooze now: notifications about it, and about its cause should it return, resume",
+           responses={200: schemas.Incident}, errors=(409,))
+def end_incident_snooze(incident_id):
+    incident = _team_incident(incident_id)
+    if not incident_service.end_snooze(incident):
+        raise ApiError(409, "this incident is not snoozed")
+    return jsonify(shapes.incident(incident))
+
+
 @bp.post("/incidents/<incident_id>/resolve")
 @operation("Resolve an incident by hand (the cause is fixed, or it was noise); if its rule still fires, the "
            "next sweep opens a new one", responses={200: schemas.Incident}, errors=(409,))
 def resolve_incident(incident_id):
     incident = _team_incident(incident_id)
-    if not incident_service.resolve(incident, _who()):
+    if incident_service.resolve(incident, _who()) is None:
         raise ApiError(409, "this incident is already resolved")
     return jsonify(shapes.incident(incident))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from typing import NamedTuple
 
 from flask import abort, current_app, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
@@ -20,15 +21,17 @@ from dashboard.models import (
     DeliveryState,
     Incident,
     IncidentState,
+    OutcomeCount,
     Subscription,
     SubscriptionState,
     Team,
 )
-from dashboard.operations import incident_rules, incidents
+from dashboard.operations import incident_rules, incidents, notifications
 from dashboard.stats import outcomes
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.auth import is_local_path
 from dashboard.web.pages import bp
+from dashboard.web.pages.formatting import utc
 
 LIST_LIMIT = 200
 # The evidence shown: the last distinct failures, the dead letters in the window (a replay takes them all).
@@ -36,10 +39,9 @@ ERRORS_SHOWN = 10
 ERROR_CANDIDATES = 200  # per delivery state: the newest deliveries whose attempts are read for them
 DEAD_SHOWN = 100
 REPLAY_LIMIT = 10_000
-# The chart: per minute around the incident, in at most this many bars (wider buckets beyond).
+# The chart: per minute from before the incident to now (or its resolution), in at most this many bars.
 CHART_BARS = 120
 CHART_BEFORE = dt.timedelta(minutes=30)
-CHART_AFTER = dt.timedelta(minutes=10)
 
 
 def incident_or_404(incident_id: str) -> Incident:
@@ -91,10 +93,10 @@ SNOOZE_CHOICES = [(1, "1 hour"), (4, "4 hours"), (12, "12 hours"), (24, "24 hour
 
 
 def evidence_window(incident: Incident, setting) -> tuple[dt.datetime, dt.datetime]:
-    """From a window before the first sign to the resolution (or now)."""
-    now = current_app.config["CLOCK"].now()
-    return (incident.first_seen_at - dt.timedelta(minutes=setting.window_minutes),
-            incident.resolved_at or now + dt.timedelta(minutes=1))
+    """From a window before the first sign to the resolution (or now). It starts on a minute, as outcomes are
+    counted, so the dead letters listed and those counted cover the same time."""
+    return (outcomes.minute_of(incident.first_seen_at - dt.timedelta(minutes=setting.window_minutes)),
+            incident.resolved_at or current_app.config["CLOCK"].now())
 
 
 def chart(sub_id: str, incident: Incident) -> tuple[list[outcomes.Bucket], int, list[tuple[int, str]]]:
@@ -102,7 +104,7 @@ def chart(sub_id: str, incident: Incident) -> tuple[list[outcomes.Bucket], int, 
     and where it opened and resolved (bucket index, label)."""
     now = current_app.config["CLOCK"].now()
     start = outcomes.minute_of(min(incident.first_seen_at, incident.opened_at) - CHART_BEFORE)
-    end = min(now, incident.resolved_at or now) + CHART_AFTER
+    end = incident.resolved_at or now
     minutes = max(1, math.ceil((end - start).total_seconds() / 60 / CHART_BARS))
     buckets = outcomes.series(db.session, [sub_id], start, end, bucket_seconds=60 * minutes)[sub_id]
     width = dt.timedelta(minutes=minutes)
@@ -138,6 +140,49 @@ def dead_in_window(sub_id: str, since: dt.datetime, until: dt.datetime):
             .order_by(Delivery.dead_lettered_at.desc()))
 
 
+class DeadLetterCounts(NamedTuple):
+    """The deliveries dead-lettered in a window, and what became of them."""
+    lettered: int
+    still_dead: int
+    discarded: int
+
+    @property
+    def replayed(self) -> int:
+        return self.lettered - self.still_dead - self.discarded
+
+
+def dead_letter_counts(sub_id: str, since: dt.datetime, until: dt.datetime) -> DeadLetterCounts:
+    """Outcome counts keep every dead-lettering, while a replay clears the delivery's dead_lettered_at."""
+    lettered = db.session.scalar(select(func.coalesce(func.sum(OutcomeCount.dead), 0)).where(
+        OutcomeCount.subscription_id == sub_id, OutcomeCount.minute >= since, OutcomeCount.minute <= until))
+    still_dead, discarded = (db.session.scalar(select(func.count()).select_from(Delivery).where(
+        Delivery.subscription_id == sub_id, Delivery.state == state, Delivery.dead_lettered_at >= since,
+        Delivery.dead_lettered_at <= until)) for state in (DeliveryState.DEAD, DeliveryState.DISCARDED))
+    return DeadLetterCounts(max(int(lettered), still_dead + discarded), still_dead, discarded)
+
+
+def still_dead_of_figures(sub_id: str, incident: Incident) -> int | None:
+    """Of the dead letters its figures count (their window, up to when the rule was last seen true), those still
+    dead: the same window as the figure it stands beside."""
+    minutes = (incident.figures or {}).get("window_minutes")
+    if "dead" not in (incident.figures or {}) or not minutes:
+        return None
+    since = outcomes.minute_of(incident.last_seen_at - dt.timedelta(minutes=minutes))
+    return db.session.scalar(select(func.count()).select_from(
+        dead_in_window(sub_id, since, incident.last_seen_at).subquery()))
+
+
+def snooze_options(inc: Incident, now: dt.datetime) -> list[tuple[int, str]]:
+    """The snooze choices, each saying when it would end and, over a running snooze, whether it shortens it."""
+    running = inc.snoozed_until if incidents.snoozed(inc, now) else None
+    options = []
+    for hours, label in SNOOZE_CHOICES:
+        until = now + dt.timedelta(hours=hours)
+        change = "until" if running in (None, until) else ("shortens it to" if until < running else "lengthens it to")
+        options.append((hours, f"{label}: {change} {utc(until)} UTC"))
+    return options
+
+
 def audit_url(sub_id: str) -> str:
     if "pages.audit" in current_app.view_functions:
         return url_for("pages.audit", subscription=sub_id)
@@ -155,8 +200,9 @@ def incident(incident_id):
     context = {"inc": inc, "sub": sub, "setting": setting, "title": incident_rules.title(inc.rule),
                "can_acknowledge": may_act and inc.state == IncidentState.OPEN,
                "can_snooze": may_act and inc.resolved_at is None, "snoozed": incidents.snoozed(inc, now),
-               "snooze_choices": SNOOZE_CHOICES, "now": now, "duration": duration(inc, now),
-               "figures": incidents.describe_figures(inc)}
+               "can_end_snooze": may_act, "snooze_options": snooze_options(inc, now), "now": now,
+               "duration": duration(inc, now), "figures": incidents.describe_figures(inc),
+               "rules_seen": incidents.rules_last_seen(inc)}
     if sub is not None:
         since, until = evidence_window(inc, setting)
         dead_query = dead_in_window(sub.id, since, until)
@@ -165,8 +211,8 @@ def incident(incident_id):
             since=since, until=until, buckets=buckets, bucket_minutes=bucket_minutes, marks=marks,
             errors=last_errors(sub.id, since, until),
             dead=db.session.scalars(dead_query.limit(DEAD_SHOWN)).all(),
-            dead_count=(dead_count := db.session.scalar(select(func.count()).select_from(dead_query.subquery()))),
-            figures=incidents.describe_figures(inc, still_dead=dead_count),
+            dead_counts=dead_letter_counts(sub.id, since, until),
+            figures=incidents.describe_figures(inc, still_dead=still_dead_of_figures(sub.id, inc)),
             can_operate=access.can_operate(current_user, sub), audit_url=audit_url(sub.id))
     return render_template("incidents/incident.html", **context)
 
@@ -191,17 +237,31 @@ def _told(inc: Incident, message: str):
     return redirect(url_for(".incident", incident_id=inc.id))
 
 
+def _sinks_told(done: str, inc: Incident, sinks_told: int, about: str = "") -> str:
+    """What was done, and which sinks will hear of it (their deliveries are queued), or why none will."""
+    if sinks_told:
+        return f"{done}: {sinks_told} notification sink{'s' if sinks_told != 1 else ''} will be told{about}."
+    if incidents.snoozed(inc):
+        return f"{done}. No notification sink will be told: it is snoozed until {utc(inc.snoozed_until)} UTC."
+    configured = len(notifications.sinks())
+    if not configured:
+        return f"{done}. No notification sink is configured, so none will be told; an admin can add one under Sinks."
+    return (f"{done}. None of the {configured} notification sink{'s' if configured != 1 else ''} is set to hear "
+            "about this incident, so none will be told.")
+
+
 @bp.post("/incidents/<incident_id>/acknowledge")
 @login_required
 def acknowledge_incident(incident_id):
     # Acknowledging says "someone is on it": the sinks hear it (with the note), nothing else changes.
     inc = _to_act_on(incident_id)
     try:
-        acknowledged = incidents.acknowledge(inc, current_user.email, request.form.get("note", ""))
+        sinks_told = incidents.acknowledge(inc, current_user.email, request.form.get("note", ""))
     except ApiError as exc:
         abort(exc.status, f"Not acknowledged: {exc.message}.")
-    return _told(inc, "Acknowledged: the sinks have been told you are on it." if acknowledged
-                 else f"Already {inc.state}.")
+    if sinks_told is None:
+        return _told(inc, f"Already {inc.state}.")
+    return _told(inc, _sinks_told("Acknowledged", inc, sinks_told, about=" you are on it"))
 
 
 @bp.post("/incidents/<incident_id>/snooze")
@@ -214,10 +274,26 @@ def snooze_incident(incident_id):
         abort(400, "Choose how long to snooze from the list.")
     until = current_app.config["CLOCK"].now() + dt.timedelta(hours=int(hours))
     try:
-        incidents.snooze(inc, current_user.email, until)
+        was_until = incidents.snooze(inc, current_user.email, until)
     except ApiError as exc:
         abort(exc.status, f"Not snoozed: {exc.message}.")
-    return _told(inc, f"Snoozed until {until:%Y-%m-%d %H:%M} UTC: no notifications about it until then.")
+    quiet = "no notifications about it until then."
+    if was_until in (None, until):
+        return _told(inc, f"Snoozed until {utc(until)} UTC: {quiet}")
+    change = "shortened" if until < was_until else "lengthened"
+    return _told(inc, f"Snooze {change}: until {utc(until)} UTC (it was until {utc(was_until)} UTC); {quiet}")
+
+
+@bp.post("/incidents/<incident_id>/unsnooze")
+@login_required
+def end_incident_snooze(incident_id):
+    # Whoever may snooze may end a snooze early: notifications about it (and its cause's return) resume.
+    inc = _to_act_on(incident_id)
+    if not incidents.end_snooze(inc):
+        return _told(inc, "It is not snoozed: nothing to end.")
+    if inc.resolved_at is not None:
+        return _told(inc, "Snooze ended: if its cause returns, the new incident is notified.")
+    return _told(inc, "Snooze ended: notifications about it resume now.")
 
 
 @bp.post("/incidents/<incident_id>/resolve")
@@ -225,8 +301,11 @@ def snooze_incident(incident_id):
 def resolve_incident(incident_id):
     # By hand: the cause is fixed or it was noise; if the rule still fires, a new incident opens.
     inc = _to_act_on(incident_id)
-    return _told(inc, "Resolved. If its rule still fires, the next check opens a new incident."
-                 if incidents.resolve(inc, current_user.email) else "Already resolved.")
+    sinks_told = incidents.resolve(inc, current_user.email)
+    if sinks_told is None:
+        return _told(inc, "Already resolved.")
+    return _told(inc, _sinks_told("Resolved", inc, sinks_told)
+                 + " If its rule still fires, the next check opens a new incident.")
 
 
 @bp.post("/incidents/<incident_id>/replay")
@@ -274,7 +353,8 @@ def save_incident_rule(subscription_id, rule):
         setting = incident_rules.save_rule(sub, rule, request.form, current_user.email)
     except ValueError as exc:
         abort(400, f"Not saved: {exc}. Nothing was changed.")
-    flash(f"{rule}: {setting.describe() if setting.enabled else 'off'}.", "ok")
+    flash(f"Saved: {rule} opens an incident when {setting.describe()}." if setting.enabled
+          else f"Saved: {rule} is off: it opens no incident.", "ok")
     return redirect(back)
 
 
