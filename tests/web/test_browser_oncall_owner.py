@@ -67,7 +67,7 @@ def test_oncall_reads_and_acknowledges_an_incident_on_a_phone(fired, live_url, b
     page.click("button.nav-toggle")
     figures = page.locator("#incident-figures").inner_text()
     assert "5 dead-lettered in the 15-minute window, 5 still dead" in figures
-    assert page.locator(".badge").inner_text() == "1 open incident"
+    assert page.locator("header .badge").inner_text() == "1 open incident"
     for table in page.locator("main table").all():  # tables scroll inside their box, never the page
         assert table.evaluate("t => t.getBoundingClientRect().right") <= 400
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def test_oncall_reads_and_acknowledges_an_incident_on_a_phone(fired, live_url, b
     page.click("button:text('Acknowledge')")
     assert page.locator("#incident-state").inner_text() == "acknowledged"
     assert "restarting the billing receiver" in page.locator("#incident-acknowledged").inner_text()
-    assert page.locator(".badge").count() == 0  # acknowledged: the badge counts only the unacknowledged
+    assert page.locator("header .badge").count() == 0  # acknowledged: the badge counts only the unacknowledged
     assert_no_csp_violations(page)
 
 

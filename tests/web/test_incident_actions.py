@@ -52,7 +52,8 @@ def test_a_snoozed_incident_sends_nothing_until_its_time_even_when_it_comes_back
     client.post(f"/incidents/{incident.id}/snooze", data={"csrf_token": auth.csrf(), "hours": "4"})
     db.session.refresh(incident)
     assert incident.snoozed_until == clock.now() + dt.timedelta(hours=4) and incident.snoozed_by == "oncall@example.com"
-    assert "open incident" not in client.get("/").get_data(as_text=True)  # snoozed: not in the badge
+    overview = client.get("/").get_data(as_text=True)
+    assert "open incident" not in overview and "incident snoozed" in overview  # snoozed: the row says so, no badge
     page = client.get(f"/incidents/{incident.id}").get_data(as_text=True)
     assert "snoozed until" in page
 

@@ -41,8 +41,8 @@ def test_oncall_acknowledges_and_an_operator_replays_in_the_browser(app, produce
     page = browser_page
 
     sign_in(page, live_url, "oncall")
-    assert page.locator(".badge").inner_text() == "1 open incident"
-    page.click(".badge")
+    assert page.locator("header .badge").inner_text() == "1 open incident"
+    page.click("header .badge")
     page.click("text=Dead letters piling up")
     assert page.url == f"{live_url}/incidents/{incident.id}"
     assert page.locator("#incident-state").inner_text() == "open"
