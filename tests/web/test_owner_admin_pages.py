@@ -1,4 +1,4 @@
-"""Admins are told when notification links cannot work; the Users page says what each role may do;
+"""Admins are told when notification links cannot work;
 the pages carry the narrow-screen and button styles; one-time secrets are readable."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import logging
 
 import pytest
 
-from dashboard.accounts import access
 from dashboard.app import create_app
 from dashboard.core.extensions import db
 
@@ -33,14 +32,6 @@ def test_without_a_base_url_admins_see_a_banner_and_the_start_logs_a_warning(con
     Auth(client).login("admin")
     assert 'id="base-url-banner"' not in client.get("/").get_data(as_text=True)
     db.session.remove()
-
-
-def test_the_users_page_explains_every_role(client, auth, users):
-    auth.login("admin")
-    page = client.get("/users").get_data(as_text=True)
-    for role, words in access.ROLE_DESCRIPTIONS.items():
-        assert f"<dt>{role}</dt><dd>{words}</dd>" in page
-    assert "README" not in page
 
 
 def test_the_page_tools_script_and_styles_are_static_files(client, auth, users):
