@@ -93,6 +93,7 @@ MATRIX = {
     ("pages.replay_incident", "POST"): OPERATE,
     ("pages.pause_from_incident", "POST"): OPERATE,
     ("pages.save_incident_rule", "POST"): EDIT,
+    ("pages.hide_base_url_banner", "POST"): ADMIN_ONLY,  # the PROMESA_BASE_URL banner, for this session
     ("pages.sinks", "GET"): ADMIN_ONLY,
     ("pages.add_sink", "POST"): ADMIN_ONLY,
     ("pages.change_sink", "POST"): ADMIN_ONLY,
