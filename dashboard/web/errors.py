@@ -23,7 +23,8 @@ def error_page(exc: HTTPException):
     if exc.code is None or not 400 <= exc.code < 500:
         return exc
     headers = [(k, v) for k, v in exc.get_headers() if k.lower() != "content-type"]  # a 405's Allow
-    page = render_template("errors/page.html", error=exc, csrf_failed=isinstance(exc, CSRFError),
+    reason = exc.description if exc.description != type(exc).description else None  # what the abort() said
+    page = render_template("errors/page.html", error=exc, reason=reason, csrf_failed=isinstance(exc, CSRFError),
                            refused=exc if isinstance(exc, access.Refused) else None, roles_table=access.ROLES_TABLE,
                            way_back=_way_back())
     return page, exc.code, headers
