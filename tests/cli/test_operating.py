@@ -45,6 +45,7 @@ def execs(monkeypatch):
     """`promesa web` execs gunicorn: record the command line instead."""
     calls = []
     monkeypatch.setattr(os, "execve", lambda path, argv, env: calls.append(argv))
+    monkeypatch.setattr(os, "execv", lambda path, argv: calls.append(argv))
     return calls
 
 
@@ -198,6 +199,7 @@ def test_the_refusal_stops_the_command_before_it_starts(runner, execs, tmp_path)
 def test_web_makes_the_address_it_serves_the_default_base_url_and_says_it_is_unset_once(runner, monkeypatch, caplog):
     started = []
     monkeypatch.setattr(os, "execve", lambda path, argv, env: started.append(env))
+    monkeypatch.setattr(os, "execv", lambda path, argv: started.append(dict(os.environ)))  # never gunicorn in here
     with caplog.at_level(logging.WARNING, logger="dashboard.app"):
         result = runner.invoke(cli, ["web", "--port", "5101"], env={"PROMESA_BASE_URL": None, BASE_URL_SAID: None})
     assert result.exit_code == 0, result.output
