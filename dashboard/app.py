@@ -23,6 +23,29 @@ ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger(__name__)
 
 
+# In the environment once the warning below was said: every process a start launches inherits it and stays quiet.
+BASE_URL_SAID = "PROMESA_BASE_URL_SAID"
+
+
+def say_base_url_unset_once(url: str, env=os.environ) -> None:
+    """Warn that PROMESA_BASE_URL is unset once for a whole start (`promesa up`, its web, workers and sweeper,
+    and every app each of them makes), not once per process or app."""
+    if env.get(BASE_URL_SAID):
+        return
+    env[BASE_URL_SAID] = "1"
+    log.warning("PROMESA_BASE_URL is not set: links in notifications point at %s and work only for people who "
+                "open the dashboard at that address; set PROMESA_BASE_URL to the address they use", url)
+
+
+def serving_at(host: str, port: int, env) -> dict:
+    """The environment for the processes that serve the dashboard at host:port (`promesa up`, `promesa web`):
+    PROMESA_BASE_URL's default is that address, and the warning when it is unset is said here, once."""
+    served = dict(env, **{config_module.SERVED_URL: config_module.served_url(host, port)})
+    if not served.get("PROMESA_BASE_URL"):
+        say_base_url_unset_once(served[config_module.SERVED_URL], served)
+    return served
+
+
 def create_app(test_config: dict | None = None) -> ReconnectingFlask:
     # The current directory's instance/ (`make run` in the checkout), never beside an installed package.
     instance_path = (test_config or {}).get("INSTANCE_PATH") or os.environ.get("PROMESA_INSTANCE_PATH") \
@@ -39,8 +62,7 @@ def create_app(test_config: dict | None = None) -> ReconnectingFlask:
     app.config["PROMESA_BASE_URL_SET"] = bool(os.environ.get("PROMESA_BASE_URL")) \
         or "PROMESA_BASE_URL" in (test_config or {})
     if not app.config["PROMESA_BASE_URL_SET"]:
-        log.warning("PROMESA_BASE_URL is not set: links in notifications point at %s and will not work "
-                    "for the people who receive them", app.config["PROMESA_BASE_URL"])
+        say_base_url_unset_once(app.config["PROMESA_BASE_URL"])
     app.config["SQLALCHEMY_DATABASE_URI"] = config_module.normalize_database_url(app.config["SQLALCHEMY_DATABASE_URI"])
     if app.config.get("MAX_CONTENT_LENGTH") is None:
         app.config["MAX_CONTENT_LENGTH"] = app.config["PROMESA_MAX_BODY_BYTES"]

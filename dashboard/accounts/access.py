@@ -1,14 +1,7 @@
-"""Who may do what: the one place every dashboard view asks. The README's role table mirrors it,
-and tests/test_access_matrix.py checks every route against it for every role.
+"""Who may do what: the one place every dashboard view asks.
 
-| role     | sees                | changes                                                        |
-|----------|---------------------|----------------------------------------------------------------|
-| admin    | every team          | everything: users, tokens, sinks, quotas, subscriptions        |
-|          |                     | (only admins see the notification sinks' own subscriptions)    |
-| operator | every team          | pause, resume, disable, enable, replay, run receiver checks; acknowledges incidents |
-| oncall   | every team          | acknowledges incidents; nothing else                           |
-| owner    | own team            | own team's subscriptions (edit, rotate, delete, test, pause, replay, check) and tokens |
-| member   | own team            | nothing                                                        |
+ROLES_TABLE below says it in words; the Users page shows it, the README and docs/dashboard.md carry the same
+table, and tests/web/test_access_matrix.py checks those copies against it and every route against the rules.
 """
 
 from __future__ import annotations
@@ -16,6 +9,7 @@ from __future__ import annotations
 from flask import abort
 from flask_login import current_user
 from sqlalchemy import or_, select
+from werkzeug.exceptions import Forbidden
 
 from dashboard.core.extensions import db
 from dashboard.models import (
@@ -24,15 +18,17 @@ from dashboard.models import (
     Team,
 )
 
-# What each role may do, in words: the Users page shows these (the table above says the same).
-ROLE_DESCRIPTIONS = {
-    "admin": "Every team. Everything: users, tokens, notification sinks, every subscription.",
-    "operator": "Every team. Repairs: pause, resume, disable, enable, replay; acknowledges, snoozes and "
-                "resolves incidents. Does not edit subscriptions.",
-    "oncall": "Every team. Reads everything; acknowledges, snoozes and resolves incidents. Changes nothing else.",
-    "owner": "One team. Its subscriptions (create, edit, rotate secrets, test, delete, pause, replay), its "
-             "tokens and its incidents.",
-    "member": "One team. Reads its pages; acknowledges, snoozes and resolves its incidents; changes nothing else.",
+# Each role: (which teams it sees, what it may change). The Users page, the README and docs/dashboard.md say
+# exactly this; on-call and members answer incidents (acknowledge, snooze, resolve) as PagerDuty's responders do.
+ROLES_TABLE = {
+    "admin": ("every team", "everything (users, tokens, notification sinks, quotas, every subscription and "
+                            "incident)"),
+    "operator": ("every team", "repairs (pause, resume, disable, enable, replay, discard, receiver checks); "
+                               "acknowledges, snoozes and resolves incidents; does not edit subscriptions"),
+    "oncall": ("every team", "acknowledges, snoozes and resolves incidents; nothing else"),
+    "owner": ("own team", "its subscriptions (create, edit, rotate secrets, test, delete, repairs), its tokens; "
+                          "acknowledges, snoozes and resolves its incidents"),
+    "member": ("own team", "acknowledges, snoozes and resolves its incidents; nothing else"),
 }
 
 # Roles that see every team's pages.
@@ -131,6 +127,23 @@ def restrict(query, user, team_column):
     return query if clause is None else query.where(clause)
 
 
+class Refused(Forbidden):
+    """A 403 that says what was refused and who may do it: the error page shows both to the person refused."""
+
+    def __init__(self, action: str | None = None, who_may: str | None = None):
+        super().__init__()
+        self.action, self.who_may = action, who_may
+
+
+# What each subscription rule guards, and who passes it, for the page that refuses someone.
+RULE_WORDS = {
+    can_operate: ("repair this subscription (pause, resume, disable, enable, replay, discard, check it)",
+                  "operators and admins, and owners of its team"),
+    can_edit: ("change this subscription (edit, rotate its secret, delete, send a test event)",
+               "admins, and owners of its team"),
+}
+
+
 def visible_subscription(subscription_id: str, need=None):
     """The subscription if the signed-in user may see it (404 otherwise: another team's subscription
     does not exist, as far as they can tell), and 403 when `need` (e.g. can_operate) says no."""
@@ -139,7 +152,7 @@ def visible_subscription(subscription_id: str, need=None):
     if sub is None or not can_view(current_user, sub):
         abort(404)
     if need is not None and not need(current_user, sub):
-        abort(403)
+        raise Refused(*RULE_WORDS.get(need, (None, None)))
     return sub
 
 
@@ -151,6 +164,10 @@ def of_subscription(model, object_id: str, sub):
     return row
 
 
-def require(allowed: bool) -> None:
+def require(allowed: bool, action: str | None = None, who_may: str | None = None) -> None:
     if not allowed:
-        abort(403)
+        raise Refused(action, who_may)
+
+
+def require_admin(action: str) -> None:
+    require(is_admin(current_user), action, "admins")

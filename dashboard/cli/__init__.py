@@ -13,12 +13,12 @@ import threading
 
 import click
 from flask import current_app
-from flask.cli import FlaskGroup
+from flask.cli import FlaskGroup, ScriptInfo
 from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
 from dashboard.accounts import service as accounts
-from dashboard.app import create_app
+from dashboard.app import create_app, serving_at
 from dashboard.cli.sinks import sinks_command
 from dashboard.cli.teams import teams_command
 from dashboard.core import config as config_module
@@ -251,7 +251,8 @@ def prune(pause_ratio):
                f"dead letters {pruner.policy.dead_days} days unless replayed)")
 
 
-@cli.command()
+# Without an app of its own: gunicorn's workers make theirs, once the served address is in their environment.
+@cli.command(with_appcontext=False)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=5000, show_default=True)
 @click.option("--workers", default=2, show_default=True, help="gunicorn processes")
@@ -261,7 +262,8 @@ def web(host, port, workers, access_log):
     """The dashboard and the API under gunicorn."""
     from dashboard.web.server import command
 
-    os.execv(sys.executable, command(f"{host}:{port}", workers, access_log=access_log))
+    env = serving_at(host, port, os.environ)
+    os.execve(sys.executable, command(f"{host}:{port}", workers, access_log=access_log), env)
 
 
 @cli.command()
@@ -315,19 +317,26 @@ def keys_generate():
     click.echo(f"PROMESA_METRICS_TOKEN={config_module.make_secret()}")
 
 
-@cli.command()
+# Its app is made once the served address is in the environment, which every process it starts inherits.
+@cli.command(with_appcontext=False)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=5000, show_default=True)
 @click.option("--workers", "worker_count", default=2, show_default=True, help="delivery worker processes")
 def up(host, port, worker_count):
     """Everything on one machine: migrate, Redis (embedded unless REDIS_URL), web, delivery workers, a worker
     for each lane (receiver checks; replays and discards), sweeper."""
+    os.environ.update(serving_at(host, port, os.environ))
+    app = click.get_current_context().ensure_object(ScriptInfo).load_app()
+    with app.app_context():
+        _up(app, host, port, worker_count)
+
+
+def _up(app, host, port, worker_count):
     import flask_migrate
 
     from dashboard.cli.supervisor import Supervisor
     from dashboard.queue.work import connect
 
-    app = current_app._get_current_object()
     flask_migrate.upgrade()
     env = dict(os.environ, PROMESA_INSTANCE_PATH=app.instance_path)
     if not app.config["REDIS_URL"]:

@@ -92,11 +92,27 @@ def _repeats(value: str) -> bool:
                for period in range(1, len(value) // 2 + 1))
 
 
+# Set by `promesa up` and `promesa web` for the processes they start: the address they serve the dashboard at,
+# which is PROMESA_BASE_URL's default there.
+SERVED_URL = "PROMESA_SERVED_URL"
+
+
+def served_url(host: str, port: int) -> str:
+    """The address a browser on this machine opens for a server bound to host:port."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "localhost"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 def from_environment(instance_path: str) -> dict:
     instance = Path(instance_path)
     env = os.environ
     database_url = env.get("DATABASE_URL") or f"sqlite:///{instance / 'promesa.db'}"
+    served = {"PROMESA_BASE_URL": env[SERVED_URL]} if env.get(SERVED_URL) else {}
     return {
+        **served,
         "SQLALCHEMY_DATABASE_URI": normalize_database_url(database_url),
         "REDIS_URL": env.get("REDIS_URL") or None,
         "SECRET_KEY": env.get("SECRET_KEY") or _kept_secret(instance, "secret_key", make_secret),

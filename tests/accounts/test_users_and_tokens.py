@@ -21,11 +21,17 @@ def _actions():
 
 def test_an_admin_creates_a_user_whose_password_is_shown_once(app, client, auth, users):
     auth.login("admin")
+    assert "<option selected>member</option>" in client.get("/users").get_data(as_text=True)  # the least privilege
     token = auth.csrf()
     resp = client.post("/users", data={"csrf_token": token, "email": "New@Example.com", "role": "owner", "team": "acme"})
-    assert resp.status_code == 200 and resp.headers["Cache-Control"] == "no-store"
-    password = re.search(r'id="one-time-secret">([^<]+)<', resp.get_data(as_text=True)).group(1)
+    assert resp.status_code == 302 and resp.headers["Location"] == "/users"  # a reload shows the page, creates nothing
+    cookie = resp.headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
+    carried = app.session_interface.get_signing_serializer(app).loads(cookie)
+    shown = client.get("/users")
+    assert shown.headers["Cache-Control"] == "no-store"
+    password = re.search(r'id="one-time-secret">([^<]+)<', shown.get_data(as_text=True)).group(1)
     assert password not in client.get("/users").get_data(as_text=True)
+    assert password not in str(carried)  # carried to the next page encrypted
     entry = db.session.scalar(select(AuditEntry).where(AuditEntry.action == "user.created"))
     assert entry.actor == "admin@example.com" and password not in str(entry.detail)
 

@@ -10,10 +10,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 from rq import Worker
 
+from dashboard.app import BASE_URL_SAID
 from dashboard.cli import cli
 from dashboard.core.extensions import db
 from dashboard.delivery import worker
@@ -30,19 +32,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
 @on_sqlite
 def test_up_starts_a_worker_for_each_lane_and_the_delivery_workers_take_none_of_them(app, config, tmp_path):
     env = dict(os.environ, DATABASE_URL=config["SQLALCHEMY_DATABASE_URI"], REDIS_URL=config["REDIS_URL"],
                PROMESA_INSTANCE_PATH=str(tmp_path / "instance"), PROMESA_REDIS_PREFIX=config["PROMESA_REDIS_PREFIX"],
                PROMESA_QUEUE=config["PROMESA_QUEUE"])
-    up = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "up", "--port", str(free_port()), "--workers", "1"],
-                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for unset in ("PROMESA_BASE_URL", BASE_URL_SAID):
+        env.pop(unset, None)
+    port = free_port()
+    output = tmp_path / "up.log"
+    with output.open("w") as log:
+        up = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "up", "--port", str(port), "--workers", "1"],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     delivery = WorkQueue.for_app(app).rq
     try:
         deadline = time.monotonic() + 60
-        while not (all(lane.workers == 1 for lane in lanes.states(app)) and Worker.count(queue=delivery) == 1):
+        while not (all(lane.workers == 1 for lane in lanes.states(app)) and Worker.count(queue=delivery) == 1
+                   and _answers(f"http://127.0.0.1:{port}/healthz")):
             assert up.poll() is None and time.monotonic() < deadline, [lanes.states(app), Worker.count(queue=delivery)]
             time.sleep(0.2)
+        # Said once for the whole start (not by each worker, the sweeper and each gunicorn worker), with its port.
+        said = [line for line in output.read_text().splitlines() if "PROMESA_BASE_URL is not set" in line]
+        assert len(said) == 1 and f"point at http://127.0.0.1:{port} " in said[0], said
         listening = {tuple(w.queue_names()) for w in Worker.all(connection=delivery.connection)}
         assert listening == {(config["PROMESA_QUEUE"],), *((lanes.queue_name(config["PROMESA_QUEUE"], lane),)
                                                            for lane in lanes.LANES)}

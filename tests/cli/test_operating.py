@@ -20,8 +20,9 @@ import pytest
 import redis
 from cryptography.fernet import Fernet
 
-from dashboard.app import create_app
+from dashboard.app import BASE_URL_SAID, create_app
 from dashboard.cli import cli, refuse_unsafe_keys
+from dashboard.core import config as config_module
 from dashboard.queue import heartbeat
 
 on_sqlite = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -43,6 +44,7 @@ def runner(app):
 def execs(monkeypatch):
     """`promesa web` execs gunicorn: record the command line instead."""
     calls = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: calls.append(argv))
     monkeypatch.setattr(os, "execv", lambda path, argv: calls.append(argv))
     return calls
 
@@ -191,6 +193,20 @@ def test_the_refusal_stops_the_command_before_it_starts(runner, execs, tmp_path)
     asked = runner.invoke(cli, ["web", "--help"], env={"DATABASE_URL": POSTGRES, "SECRET_KEY": None,
                                                       "PROMESA_ENCRYPTION_KEY": None})
     assert asked.exit_code == 0 and "--no-access-log" in asked.output  # asking how is not starting
+
+
+@on_sqlite
+def test_web_makes_the_address_it_serves_the_default_base_url_and_says_it_is_unset_once(runner, monkeypatch, caplog):
+    started = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: started.append(env))
+    monkeypatch.setattr(os, "execv", lambda path, argv: started.append(dict(os.environ)))  # never gunicorn in here
+    with caplog.at_level(logging.WARNING, logger="dashboard.app"):
+        result = runner.invoke(cli, ["web", "--port", "5101"], env={"PROMESA_BASE_URL": None, BASE_URL_SAID: None})
+    assert result.exit_code == 0, result.output
+    (env,) = started  # gunicorn's, whose workers make their apps with it and stay quiet
+    assert env[config_module.SERVED_URL] == "http://127.0.0.1:5101" and env[BASE_URL_SAID] == "1"
+    said = [record.getMessage() for record in caplog.records if "PROMESA_BASE_URL" in record.getMessage()]
+    assert len(said) == 1 and "point at http://127.0.0.1:5101 " in said[0]
 
 
 # -- the access log ------------------------------------------------------------------------------

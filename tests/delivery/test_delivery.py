@@ -7,8 +7,10 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -244,6 +246,22 @@ def test_quick_then_sweep_policy(app, producer, receiver, clock):
     assert delays[:2] == [0.5, 0.5]
     assert set(delays[2:]) == {60.0}
     assert d.state == "dead" and d.attempt_count == 2 + 1 + 4  # three quick, then one a minute for 5 minutes
+
+
+def test_the_readmes_quick_policy_makes_a_dead_letter_within_seconds(app, producer, receiver, clock):
+    """README step 5: the edit it shows puts a subscription whose receiver is down on a policy that gives up within
+    seconds (the default takes about 1.5 days), so a newcomer sees a dead letter and replays it."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    edit = json.loads(re.search(r"-X PATCH .*\n.*-d '([^']+)'", readme).group(1))
+    sub = producer.subscribe(receiver.url + "/status/503")
+    assert producer.client.patch(f"/api/v1/subscriptions/{sub['id']}", json=edit,
+                                 headers=producer.headers()).status_code == 200
+    accepted, published_at = producer.publish(), clock.now()
+    deliver_due(app, clock)
+    while (d := delivery_of(accepted["id"])).state == "scheduled":
+        clock.set(d.next_attempt_at)
+        deliver_due(app, clock)
+    assert d.state == "dead" and d.dead_lettered_at - published_at <= dt.timedelta(seconds=5)
 
 
 def test_pause_holds_then_resume_delivers(app, producer, receiver, clock):

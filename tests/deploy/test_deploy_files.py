@@ -357,6 +357,7 @@ def test_the_environment_example_sets_what_promesa_reads(monkeypatch, tmp_path):
 
 def test_the_unedited_environment_example_is_refused_and_says_how_to_fix_it(monkeypatch, tmp_path):
     execs = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: execs.append(argv))
     monkeypatch.setattr(os, "execv", lambda path, argv: execs.append(argv))
     runner = click.testing.CliRunner()
     example = {**environment_example(), "PROMESA_INSTANCE_PATH": str(tmp_path / "instance")}

@@ -13,10 +13,14 @@ Each cell is what that role gets:
 from __future__ import annotations
 
 import datetime as dt
+import html
+from itertools import takewhile
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
+from dashboard.accounts import access
 from dashboard.operations import notifications
 from dashboard.core.extensions import db
 from dashboard.models import ApiToken, Check, Delivery, Event, Incident, Replay
@@ -90,6 +94,7 @@ MATRIX = {
     ("pages.replay_incident", "POST"): OPERATE,
     ("pages.pause_from_incident", "POST"): OPERATE,
     ("pages.save_incident_rule", "POST"): EDIT,
+    ("pages.hide_base_url_banner", "POST"): ADMIN_ONLY,  # the PROMESA_BASE_URL banner, for this session
     ("pages.sinks", "GET"): ADMIN_ONLY,
     ("pages.add_sink", "POST"): ADMIN_ONLY,
     ("pages.change_sink", "POST"): ADMIN_ONLY,
@@ -123,6 +128,36 @@ MATRIX = {
     ("pages.run_check", "POST"): OPERATE,
     ("pages.check_card", "GET"): TEAM_PAGE,
 }
+
+
+# What a signed-in person may always do to their own session and account (signing in again included).
+OWN_ACCOUNT = {("auth.login", "POST"), ("auth.logout", "POST"), ("auth.change_password", "POST")}
+# What access.ROLES_TABLE says on-call and members may change ("...incidents; nothing else").
+ANSWERING_INCIDENTS = {("pages.acknowledge_incident", "POST"), ("pages.snooze_incident", "POST"),
+                       ("pages.resolve_incident", "POST")}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _roles_table(markdown: str) -> dict:
+    lines = markdown.splitlines()
+    rows = takewhile(lambda line: line.startswith("| `"), lines[lines.index("| role | sees | may |") + 2:])
+    cells = ([cell.strip() for cell in row.strip("|").split("|")] for row in rows)
+    return {role.strip("`"): (sees, may) for role, sees, may in cells}
+
+
+def test_the_roles_are_said_one_way_on_the_users_page_in_the_readme_and_in_the_docs(client, auth, users):
+    """access.ROLES_TABLE is the one statement of the roles; every copy says exactly it, and the matrix agrees."""
+    for document in ("README.md", "docs/dashboard.md"):
+        assert _roles_table((ROOT / document).read_text()) == access.ROLES_TABLE, document
+    auth.login("admin")
+    page = client.get("/users").get_data(as_text=True)
+    for role, (sees, may) in access.ROLES_TABLE.items():
+        assert f"<dt>{role}</dt><dd>Sees {sees}. May: {html.escape(may)}.</dd>" in page
+    for role in ("oncall", "member"):  # "...incidents; nothing else"
+        changes = {route for route, who in MATRIX.items() if route[1] == "POST" and who[role] == "ok"}
+        assert changes == OWN_ACCOUNT | ANSWERING_INCIDENTS, role
+        assert access.ROLES_TABLE[role][1].endswith("resolves its incidents; nothing else" if role == "member"
+                                                     else "resolves incidents; nothing else")
 
 
 def _dashboard_routes(app):

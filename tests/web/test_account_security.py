@@ -132,7 +132,8 @@ def test_the_cli_and_the_users_page_set_passwords_that_meet_the_rule(app, client
     assert result.exit_code == 0, result.output
     assert sign_in(app.test_client(), "ok@example.com", STRONG).status_code == 302
     auth.login("admin")
-    page = client.post("/users", data={"email": "new@example.com", "role": "oncall", "csrf_token": auth.csrf()})
+    page = client.post("/users", data={"email": "new@example.com", "role": "oncall", "csrf_token": auth.csrf()},
+                       follow_redirects=True)
     assert page.status_code == 200
     user = db.session.scalar(sa.select(User).where(User.email == "new@example.com"))
     [generated] = re.findall(r'id="one-time-secret">([^<]+)<', page.get_data(as_text=True))  # shown this once

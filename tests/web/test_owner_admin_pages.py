@@ -1,4 +1,4 @@
-"""Admins are told when notification links cannot work; the Users page says what each role may do;
+"""Admins are told when notification links cannot work;
 the pages carry the narrow-screen and button styles; one-time secrets are readable."""
 
 from __future__ import annotations
@@ -7,24 +7,39 @@ import logging
 
 import pytest
 
-from dashboard.accounts import access
-from dashboard.app import create_app
+from dashboard.app import BASE_URL_SAID, create_app
+from dashboard.core import config as config_module
 from dashboard.core.extensions import db
 
-from tests.conftest import Auth
+from tests.conftest import Auth, _csrf_from
 
 pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
 
 
-def test_without_a_base_url_admins_see_a_banner_and_the_start_logs_a_warning(config, users, caplog):
+def test_without_a_base_url_the_start_says_so_once_and_admins_see_a_banner_they_can_hide(config, users, caplog,
+                                                                                         monkeypatch):
+    monkeypatch.setenv(BASE_URL_SAID, "")  # a fresh start: nothing said yet in this process
+    monkeypatch.setenv(config_module.SERVED_URL, "http://127.0.0.1:5101")  # as `promesa up --port 5101` sets it
     with caplog.at_level(logging.WARNING, logger="dashboard.app"):
-        unset = create_app(config)
-    assert "PROMESA_BASE_URL is not set" in caplog.text
+        unset = [create_app(config) for _ in range(3)][-1]  # web, workers and sweeper each make an app
+    said = [record.getMessage() for record in caplog.records if "PROMESA_BASE_URL" in record.getMessage()]
+    assert len(said) == 1 and "point at http://127.0.0.1:5101 " in said[0]
     client = unset.test_client()
     Auth(client).login("admin")
-    assert 'id="base-url-banner"' in client.get("/").get_data(as_text=True)
+    overview = client.get("/").get_data(as_text=True)
+    assert 'id="base-url-banner"' in overview and "http://127.0.0.1:5101, which works only" in overview
+    assert 'id="base-url-banner"' in client.get("/sinks").get_data(as_text=True)
+    assert 'id="base-url-banner"' not in client.get("/users").get_data(as_text=True)  # where notification links matter
+    assert client.get("/base-url-banner/hide").status_code == 405
+    assert client.post("/base-url-banner/hide", data={"back": "/sinks"}).status_code == 400  # no CSRF token
+    hidden = client.post("/base-url-banner/hide", data={"back": "/sinks", "csrf_token": _csrf_from(overview)})
+    assert hidden.status_code == 302 and hidden.headers["Location"] == "/sinks"
+    assert 'id="base-url-banner"' not in client.get("/sinks").get_data(as_text=True)
+    assert 'id="base-url-banner"' not in client.get("/").get_data(as_text=True)
     Auth(client).login("operator")
     assert 'id="base-url-banner"' not in client.get("/").get_data(as_text=True)  # admins only: they can fix it
+    Auth(client).login("admin")
+    assert 'id="base-url-banner"' in client.get("/").get_data(as_text=True)  # until the next sign-in
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="dashboard.app"):
         set_ = create_app({**config, "PROMESA_BASE_URL": "https://promesa.example"})
@@ -33,14 +48,6 @@ def test_without_a_base_url_admins_see_a_banner_and_the_start_logs_a_warning(con
     Auth(client).login("admin")
     assert 'id="base-url-banner"' not in client.get("/").get_data(as_text=True)
     db.session.remove()
-
-
-def test_the_users_page_explains_every_role(client, auth, users):
-    auth.login("admin")
-    page = client.get("/users").get_data(as_text=True)
-    for role, words in access.ROLE_DESCRIPTIONS.items():
-        assert f"<dt>{role}</dt><dd>{words}</dd>" in page
-    assert "README" not in page
 
 
 def test_the_page_tools_script_and_styles_are_static_files(client, auth, users):

@@ -1,10 +1,12 @@
-"""Every API failure is JSON `{"error": ...}` that says what is wrong; never an HTML page."""
+"""Every API failure is JSON `{"error": ...}` that says what is wrong; never an HTML page. Elsewhere a failure is a
+dashboard page (dashboard/web/errors.py)."""
 
 from flask import jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from dashboard.core.validation import ApiError
 from dashboard.web.api import bp
+from dashboard.web.errors import error_page
 
 
 @bp.errorhandler(ApiError)
@@ -18,7 +20,7 @@ def api_error(exc: ApiError):
 @bp.app_errorhandler(HTTPException)
 def http_error(exc: HTTPException):
     if not request.path.startswith("/api/"):
-        return exc
+        return error_page(exc)
     messages = {
         404: "no such resource",
         405: f"method {request.method} is not allowed here",

@@ -17,6 +17,7 @@ bp = Blueprint("pages", __name__)
 from dashboard.web.charts import COMPACT_WIDTH, bar_paths, line_paths, x_ticks  # noqa: E402
 from dashboard.web.pages import (  # noqa: E402,F401  (each registers its routes on bp)
     audit,
+    base_url,
     checks,
     dead_letters,
     deliveries,

@@ -1,29 +1,38 @@
-"""Users (admins only): create one with a one-time password, change a role, deactivate or reactivate."""
+"""Users (admins only): create one with a one-time password, change a role, deactivate or reactivate.
+
+Every change answers with a redirect (post/redirect/get): reloading the page never repeats it."""
 
 from __future__ import annotations
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import abort, flash, redirect, render_template, request, session, url_for
 from flask_login import current_user, login_required
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from dashboard.accounts import access
 from dashboard.accounts import service as accounts
+from dashboard.core import crypto
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import Team, User
 from dashboard.web.pages import bp
 
 
+# The role a new user gets unless the admin picks another: the least privilege.
+DEFAULT_ROLE = "member"
+# A new user's one-time password, encrypted, between the POST that made it and the GET that shows it once.
+NEW_USER = "users_new_user"
+
+
 def _page(status: int = 200, **shown):
     users = db.session.scalars(select(User).options(selectinload(User.team)).order_by(User.email)).all()
     teams = db.session.scalars(select(Team).order_by(Team.name)).all()
     return render_template("users/page.html", users=users, teams=teams, roles=User.ROLES,
-                           role_descriptions=access.ROLE_DESCRIPTIONS, **shown), status
+                           roles_table=access.ROLES_TABLE, default_role=DEFAULT_ROLE, **shown), status
 
 
 def _admin_only():
-    access.require(access.is_admin(current_user))
+    access.require_admin("manage users")
 
 
 def _user_or_404(user_id: int) -> User:
@@ -37,13 +46,18 @@ def _user_or_404(user_id: int) -> User:
 @login_required
 def users():
     _admin_only()
-    return _page()
+    new_user = session.pop(NEW_USER, None)
+    created = db.session.get(User, new_user["id"]) if new_user else None
+    if created is None:
+        return _page()
+    body, status = _page(created=created, password=crypto.decrypt(new_user["password"]))
+    return body, status, {"Cache-Control": "no-store"}
 
 
 @bp.post("/users")
 @login_required
 def create_user():
-    # The password is shown in this one answer and never again (only its hash is kept).
+    # The password is shown on the next page and never again (only its hash is kept).
     _admin_only()
     form = request.form
     try:
@@ -52,8 +66,8 @@ def create_user():
         db.session.rollback()
         flash(exc.message, "error")
         return _page(exc.status, form=form)
-    body, status = _page(created=user, password=password)
-    return body, status, {"Cache-Control": "no-store"}
+    session[NEW_USER] = {"id": user.id, "password": crypto.encrypt(password)}
+    return redirect(url_for(".users"))
 
 
 @bp.post("/users/<int:user_id>/role")
