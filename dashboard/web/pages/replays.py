@@ -67,8 +67,9 @@ def replay_progress(replay_id):
     else:
         poll = "2s" if replay.state == ReplayState.FINISHED and outcome["waiting"] else None
     template = "replays/_progress.html" if request.headers.get("HX-Request") else "replays/page.html"
+    sub = db.session.get(Subscription, replay.subscription_id) if replay.subscription_id else None
     return render_template(template, replay=replay, outcome=outcome, poll=poll, can_cancel=can_cancel(replay),
-                           progress=replay_service.progress_word(replay, outcome))
+                           progress=replay_service.progress_word(replay, outcome), subscription=sub)
 
 
 @bp.post("/replays/<replay_id>/cancel")
