@@ -250,6 +250,31 @@ def test_the_audit_log_says_every_detail_in_words(app, client, auth, users, cloc
     assert "failed: none" in detail and "automatic: yes" in detail and "event id: —" in detail
 
 
+def test_replaying_to_an_endpoint_that_failed_seconds_ago_warns_first(app, client, auth, producer, receiver, clock,
+                                                                       users):
+    from tests.operations.test_replays import fix_receiver
+    from tests.support.pipeline import deliver_due
+
+    sub_id, _ = make_dead(app, clock, producer, receiver, 400, ["file.updated"])
+    auth.login("operator")
+    warning = re.compile(r'class="banner replay-warning".*?</div>', re.DOTALL)
+    assert not warning.search(client.get(f"/dead-letters?subscription={sub_id}").get_data(as_text=True))  # an hour ago
+    producer.publish("file.updated")
+    deliver_due(app, clock)  # the endpoint still answers 400
+    clock.advance(seconds=40)
+    for page in (f"/dead-letters?subscription={sub_id}", "/dead-letters", f"/subscriptions/{sub_id}"):
+        html = client.get(page).get_data(as_text=True)
+        said = warning.search(html).group(0)
+        assert ("its last attempt failed 40 s ago with HTTP 400 (client error): these will likely fail again and "
+                "return to the dead letters") in said, page
+        assert "Careful: " in html  # in the confirmation too; the button is still there
+    assert sub_id in warning.search(client.get("/dead-letters").get_data(as_text=True)).group(0)  # named
+    fix_receiver(sub_id, receiver)
+    clock.advance(minutes=1)
+    deliver_due(app, clock)  # the retry succeeds: the endpoint answers again
+    assert not warning.search(client.get(f"/dead-letters?subscription={sub_id}").get_data(as_text=True))
+
+
 def test_subscriptions_that_share_a_url_are_named_apart(app, client, auth, producer, receiver, clock, users):
     """The dead letters' filter and rows, the audit log and the replay pages name a subscription by its description
     and id beside its URL: two endpoints at one URL are told apart."""

@@ -3,6 +3,8 @@ cancelling, and "replay dead letters since …" from a subscription's page."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 
@@ -11,7 +13,9 @@ from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
 from dashboard.models import Replay, ReplayKind, ReplayState, Subscription, SubscriptionState
 from dashboard.operations import replays as replay_service
+from dashboard.operations import subscription_status
 from dashboard.web.pages import bp
+from dashboard.web.pages.formatting import age
 
 
 def replay_or_404(replay_id: str) -> Replay:
@@ -40,6 +44,18 @@ def held_note(subscription_id: str | None) -> str:
         return ""
     until = "it is enabled" if sub.state == SubscriptionState.DISABLED else "you resume it"
     return f" The subscription is {sub.state}: they are held until {until}, nothing is sent before."
+
+
+def failing_note(st: subscription_status.Status, now: dt.datetime) -> str | None:
+    """Said before a replay starts, blocking nothing: "its last attempt failed 40 s ago with HTTP 503 …" while
+    the endpoint fails now (subscription_status.Status.failing_now); None otherwise."""
+    failure = st.failing_now(now)
+    if failure is None:
+        return None
+    what = subscription_status.error_class(failure.status_code, failure.error)
+    opened = ", and an incident about it is open" if st.incidents else ""
+    return (f"its last attempt failed {age(failure.attempted_at, now)} ago with {what}{opened}: "
+            "these will likely fail again and return to the dead letters")
 
 
 def can_cancel(replay: Replay) -> bool:
