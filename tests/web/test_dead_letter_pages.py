@@ -244,7 +244,7 @@ def test_the_audit_log_says_every_detail_in_words(app, client, auth, users, cloc
     db.session.commit()
     auth.login("admin")
     html = client.get("/audit?action=check.finished").get_data(as_text=True)
-    detail = re.search(r'<td class="detail">(.*?)</td>', html, re.DOTALL).group(1)
+    detail = re.search(r'<td class="detail[^"]*"[^>]*>(.*?)</td>', html, re.DOTALL).group(1)
     for spelling in ("[]", "{}", "True", "None"):
         assert spelling not in detail, detail
     assert "failed: none" in detail and "automatic: yes" in detail and "event id: —" in detail
