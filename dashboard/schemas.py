@@ -467,6 +467,9 @@ class CheckResult(BaseModel):
     passed: bool | None = Field(description="null: the rule could not be judged (the detail says why)")
     detail: str
     advice: str = Field(description="what to change; empty unless the rule failed")
+    status: int | None = Field(None, description="the HTTP status of the answer the rule was judged on "
+                                                 "(null: no answer, or a rule judged on none)")
+    excerpt: str | None = Field(None, description="the start of that answer's body, control characters escaped")
 
 
 class Check(BaseModel):

@@ -21,7 +21,7 @@ import re
 
 import redis
 from flask import current_app
-from sqlalchemy import func, or_, select, tuple_, update
+from sqlalchemy import func, literal_column, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased, joinedload, selectinload
 
@@ -30,6 +30,7 @@ from dashboard.core.clock import iso
 from dashboard.core.extensions import db
 from dashboard.core.validation import TYPE_PATTERN, ApiError, parse_id, parse_time
 from dashboard.models import (
+    AuditEntry,
     Delivery,
     DeliveryState,
     Event,
@@ -353,19 +354,52 @@ def discard_dead(*where, job_id: str | None = None) -> int:
 
 
 def on_finished(replay: Replay) -> None:
-    """Called once when a replay ends (finished, cancelled or failed), in the transaction that ends it:
-    the audit entry, and for a finished one the notification to the sinks (staged with this commit)."""
+    """Called once when a replay's job ends (finished, cancelled or failed), in the transaction that ends it:
+    the audit entry, and for a finished one the notification to the sinks (staged with this commit).
+    A finished replay's entry waits for its deliveries' outcomes (`record_outcomes`): re-queued is not delivered."""
     live = outcomes(replay.id)
-    _record(replay, f"{replay.kind}.{replay.state}", deliveries=replay.done,
-            detail={"total": replay.total, **({"discarded": live["discarded"]} if replay.kind == ReplayKind.DISCARD
-                                              else {"succeeded": replay.succeeded, "failed": replay.failed,
-                                                    "held": live["held"]}),
-                    **({"error": replay.error} if replay.error else {})})
+    if replay.kind == ReplayKind.DISCARD:
+        _record(replay, f"discard.{replay.state}", deliveries=replay.done,
+                detail={"total": replay.total, "discarded": live["discarded"],
+                        **({"error": replay.error} if replay.error else {})})
+    elif replay.state != ReplayState.FINISHED:
+        _record(replay, f"replay.{replay.state}", deliveries=replay.done,
+                detail={"total": replay.total, "requeued": replay.done, **({"error": replay.error} if replay.error else {})})
+    elif not live["waiting"]:  # nothing on its way (nothing matched, or all of it held): its outcome is known now
+        _record_outcome(replay, live)
     if replay.kind == ReplayKind.REPLAY and replay.state == ReplayState.FINISHED and replay.done:
         # Re-queued, not yet delivered (held ones not even sent): the replay's page follows the outcomes.
         notifications.replay_finished(subscription_id=replay.subscription_id, team_id=replay.team_id,
                                       replayed=replay.done, held=live["held"], sent=live["sent"],
                                       path=f"/replays/{replay.id}", replay_id=replay.id)
+
+
+def _record_outcome(replay: Replay, live: dict) -> None:
+    """The finished replay's audit entry, with the final counts; its row keeps them too."""
+    replay.succeeded, replay.failed = live["succeeded"], live["failed"]
+    _record(replay, "replay.finished", deliveries=replay.done,
+            detail={"total": replay.total, "requeued": replay.done, "delivered": live["succeeded"],
+                    "failed": live["failed"], "held": live["held"], "waiting": live["waiting"]})
+
+
+def record_outcomes(now: dt.datetime) -> int:
+    """A step of the sweeper's minute: each finished replay whose re-queued deliveries are no longer on their
+    way (delivered, dead again, or held until resume) gets its `replay.finished` entry, once (the entry marks
+    it). Returns how many."""
+    recorded = literal_column("'replay:'") + Replay.id
+    pending = db.session.scalars(
+        select(Replay).where(Replay.kind == ReplayKind.REPLAY, Replay.state == ReplayState.FINISHED,
+                             ~select(AuditEntry.id).where(AuditEntry.action == "replay.finished",
+                                                          AuditEntry.target == recorded).exists())
+        .order_by(Replay.finished_at).with_for_update(skip_locked=True)).all()
+    told = 0
+    for replay in pending:
+        live = outcomes(replay.id)
+        if not live["waiting"]:
+            _record_outcome(replay, live)
+            told += 1
+    db.session.commit()
+    return told
 
 
 def _record(replay: Replay, action: str, **kwargs) -> None:

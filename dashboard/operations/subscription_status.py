@@ -23,6 +23,8 @@ from dashboard.stats import overview
 # Deliveries that have been tried and are not settled well: where the latest failure is found.
 _FAILED_STATES = (DeliveryState.SCHEDULED, DeliveryState.DEAD, DeliveryState.HELD)
 _STATE_ACTIONS = ("subscription.paused", "subscription.disabled", "subscription.deleted")
+# A failed attempt this recent says the endpoint fails now: what is replayed to it will likely die again.
+RECENT_FAILURE_SECONDS = 5 * 60
 
 
 @dataclass
@@ -54,6 +56,16 @@ class Status:
         if self.failing_since is not None:
             return "pause"
         return "replay" if self.dead else None
+
+
+    def failing_now(self, now: dt.datetime) -> Attempt | None:
+        """The latest attempt, when it failed (no success since) within RECENT_FAILURE_SECONDS or with an
+        incident about the subscription open; None otherwise."""
+        failure = self.last_failure
+        if failure is None or (self.last_success_at is not None and self.last_success_at >= failure.attempted_at):
+            return None
+        recent = (now - failure.attempted_at).total_seconds() <= RECENT_FAILURE_SECONDS
+        return failure if recent or self.incidents else None
 
 
 def error_class(status_code: int | None, error: str | None) -> str:

@@ -20,7 +20,7 @@ from dashboard.core.extensions import db
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, redis_outage
 from dashboard.ingest import quotas
 from dashboard.models import Delivery, DeliveryState, Subscription
-from dashboard.operations import autodisable, incidents, notifications
+from dashboard.operations import autodisable, incidents, notifications, replays
 from dashboard.operations.retention import pruner_for
 from dashboard.queue import heartbeat
 from dashboard.queue.work import WorkQueue, work_item
@@ -34,13 +34,14 @@ PAGE = 5000
 
 def evaluate_minute(app, now: dt.datetime | None = None) -> None:
     """The sweeper's minute: fold what is new, check every rule, disable what has failed for days,
-    tell teams about new dead letters, fold attempt latencies, count each team's owed deliveries for its
+    tell teams about new dead letters, audit the outcome of replays whose deliveries have all been sent, fold
+    attempt latencies, count each team's owed deliveries for its
     quota. A step that fails is logged and
     the next ones still run (the next pass tries it again)."""
     now = now or app.config["CLOCK"].now()
     with app.app_context():
         for step in (folding.fold_outcomes, incidents.check_rules, autodisable.check, notifications.publish_dead_letters,
-                     lambda _now: folding.fold_latency(), quotas.refresh):
+                     replays.record_outcomes, lambda _now: folding.fold_latency(), quotas.refresh):
             try:
                 step(now)
             except Exception as error:  # noqa: BLE001 - one failing step must not stop the others; logged loudly

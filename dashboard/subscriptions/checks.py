@@ -325,7 +325,7 @@ class Sender:
             raise self.out_of_time()
         answer = rules.Answer(status=outcome.status_code, elapsed=result.duration_ms / 1000,
                               location=result.location, error=None if outcome.status_code else outcome.error,
-                              timed_out=timed_out)
+                              timed_out=timed_out, excerpt=result.response_excerpt)
         self.answers.append(answer)
         return answer
 

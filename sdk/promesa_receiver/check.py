@@ -9,8 +9,9 @@ Three layers, each usable alone:
   request is a real signed delivery of the reserved event type ``promesa.check`` whose
   ``data.resource_id`` is the check id, and carries ``X-Promesa-Check: <check id>``.
 - ``judge(url, scheme, answers, ...)``: the observed answers (``Answer``: status, elapsed seconds,
-  Location) turned into results ``{"rule", "passed": True | False | None, "detail", "advice"}``,
-  one per name in ``RULES``, in that order (pure).
+  Location, an excerpt of the body) turned into results ``{"rule", "passed": True | False | None,
+  "detail", "advice", "status", "excerpt"}``, one per name in ``RULES``, in that order (pure);
+  ``status`` and ``excerpt`` are the answer the rule was judged on (None for a rule judged on none).
 - ``run_check(url, secrets, scheme, *, send=None, ...)``: builds each request just before sending
   it, sends it with ``send`` (default: ``urllib_send``, which never follows a redirect), judges.
   The service passes its own ``send`` (private targets refused, rate limits honoured).
@@ -69,7 +70,7 @@ STALE_SECONDS = 600  # twice the receivers' 300 s window: stale whatever toleran
 TIMEOUT_SECONDS = 10.0  # the contract's whole-attempt limit
 REJECTING = (400, 401, 403)
 SCHEMES = {"promesa": "promesa", "standard": "standard-webhooks", "standard-webhooks": "standard-webhooks"}
-NOT_JUDGED_DEPENDENT = "could not be judged: the signed event was not accepted"
+NOT_JUDGED_DEPENDENT = "could not be judged: the correctly signed event was not accepted (see signed_accepted)"
 _EXCERPT_BYTES = 64 * 1024
 _SHOWN_CHARS = 200
 
@@ -91,6 +92,8 @@ class Answer:
     location: str | None = None
     error: str | None = None
     timed_out: bool = False
+    excerpt: str | None = None  # the start of the answer's body, as received
+
 
 
 # send(url, body, headers, timeout) -> Answer; it must never follow a redirect, nor raise for a failed request.
@@ -262,8 +265,10 @@ def _fast(answer: Answer | None) -> dict:
     return _result(rule, False, detail, advice)
 
 
-def _duplicate(answer: Answer | None) -> dict:
+def _duplicate(answer: Answer | None, signed_ok: bool) -> dict:
     rule = "duplicate_accepted"
+    if not signed_ok:  # a duplicate of an event that was refused tells nothing about deduplication
+        return _result(rule, None, NOT_JUDGED_DEPENDENT)
     detail = f"the same event again (same id, same body, newly signed): {_seen(answer)}"
     if answer is None or answer.status is None:
         return _result(rule, None, f"could not be judged: {detail}")
@@ -369,12 +374,28 @@ def judge(url: str, scheme: str, answers: Mapping[str, Answer], *, allow_private
     if unknown:
         raise ValueError(f"unknown step(s): {', '.join(sorted(unknown))}")
     signed = _signed(answers.get("signed"), w)
-    results = [signed, _fast(answers.get("signed")), _duplicate(answers.get("duplicate"))]
-    results += [_rejected(rule, answers.get(step), signed["passed"] is True, w)
+    signed_ok = signed["passed"] is True
+    results = [signed, _fast(answers.get("signed")), _duplicate(answers.get("duplicate"), signed_ok)]
+    results += [_rejected(rule, answers.get(step), signed_ok, w)
                 for rule, step in (("forged_rejected", "forged"), ("stale_rejected", "stale"),
                                    ("tampered_rejected", "tampered"))]
     results += [_no_redirect(url, answers), _https(url, allow_private)]
+    redirected = next((step for step, a in answers.items() if a.status is not None and 300 <= a.status < 400), None)
+    for result in results:
+        step = redirected if result["rule"] == "no_redirect" else _JUDGED_ON.get(result["rule"])
+        _with_answer(result, answers.get(step) if step else None)
     return results
+
+
+# The request whose answer each rule is judged on (no_redirect: the first redirected one; https: none).
+_JUDGED_ON = {"signed_accepted": "signed", "fast_answer": "signed", "duplicate_accepted": "duplicate",
+              "forged_rejected": "forged", "stale_rejected": "stale", "tampered_rejected": "tampered"}
+
+
+def _with_answer(result: dict, answer: Answer | None) -> None:
+    """The answer's status and the start of its body beside the verdict, as the delivery page shows an attempt's."""
+    result["status"] = answer.status if answer is not None else None
+    result["excerpt"] = _shown(answer.excerpt) if answer is not None and answer.excerpt else None
 
 
 def failed(results: Sequence[dict]) -> list[str]:
@@ -407,14 +428,15 @@ def urllib_send(url: str, body: bytes, headers: dict, timeout: float = TIMEOUT_S
                       timed_out=timed_out)
     try:
         with response:
-            response.read(_EXCERPT_BYTES)
+            received = response.read(_EXCERPT_BYTES)
     except (OSError, http.client.HTTPException) as exc:
         timed_out = isinstance(exc, (socket.timeout, TimeoutError))
         return Answer(None, time.monotonic() - started, error=f"{type(exc).__name__}: {exc}", timed_out=timed_out)
     elapsed = time.monotonic() - started
     if elapsed > timeout:  # a trickled answer: each read was within the timeout, the whole was not
         return Answer(None, elapsed, error=f"the answer took longer than {timeout:.0f} s", timed_out=True)
-    return Answer(response.status, elapsed, location=response.headers.get("Location"))
+    return Answer(response.status, elapsed, location=response.headers.get("Location"),
+                  excerpt=received[:_SHOWN_CHARS * 4].decode("utf-8", errors="replace"))
 
 
 def run_check(url: str, secrets: Sequence[str] | str, scheme: str = "promesa", *, send: Send | None = None,
@@ -448,6 +470,8 @@ def report(url: str, check_id: str, results: Sequence[dict]) -> str:
     lines = [f"Promesa receiver check {check_id} of {_shown(url)}"]
     for r in results:
         lines.append(f"{_MARKS[r['passed']]}  {r['rule']:<{width}}  {r['detail']}")
+        if r.get("excerpt"):
+            lines.append(f"      {'':<{width}}  body: {r['excerpt']}")
         if r["advice"]:
             lines.append(f"      {'':<{width}}  -> {r['advice']}")
     counts = {mark: sum(1 for r in results if r["passed"] is mark) for mark in (True, False, None)}

@@ -7,6 +7,7 @@ import time
 import uuid
 
 import pytest
+from promesa_receiver import VerificationError, verify
 from promesa_receiver.signing import new_secret
 from werkzeug.serving import make_server
 
@@ -29,11 +30,47 @@ class CheckReceiver(Receiver):
 # The deliberately bad receivers: (the rules that must fail, the rules that must be null).
 CASES = {
     "careless": (DEPENDENTS, {"https"}),  # 200 to everything
-    "redirect": ({"signed_accepted", "duplicate_accepted", "no_redirect"}, DEPENDENTS | {"https"}),
+    "redirect": ({"signed_accepted", "no_redirect"}, DEPENDENTS | {"duplicate_accepted", "https"}),
     "slow": ({"fast_answer"}, {"https"}),  # the example receiver, its first answer after 6 s
-    "error": ({"signed_accepted", "duplicate_accepted"}, DEPENDENTS | {"https"}),  # 500 to everything
+    "error": ({"signed_accepted"}, DEPENDENTS | {"duplicate_accepted", "https"}),  # 500 to everything
 }
 SLOW_SECONDS = 6
+# What the wrong-secret receiver answers to a request it cannot verify: markup a page must show as text.
+REFUSAL_BODY = '<script>alert("refused")</script> signature mismatch'
+
+
+class WrongSecretReceiver:
+    """A careful receiver that holds the wrong secret: it verifies every request's X-Signature (with
+    promesa_receiver.verify) against a secret of its own, answers 401 and REFUSAL_BODY when that fails, 200 else."""
+
+    def __init__(self):
+        self.secret = new_secret()  # never the subscription's
+        self.server = make_server("127.0.0.1", 0, self.answer, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+
+    def answer(self, environ, start_response):
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        try:
+            verify(body, environ.get("HTTP_X_SIGNATURE"), [self.secret])
+        except VerificationError:
+            start_response("401 Unauthorized", [("Content-Type", "text/html")])
+            return [REFUSAL_BODY.encode()]
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def wrong_secret_receiver():
+    with WrongSecretReceiver() as receiver:
+        yield receiver
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from promesa_receiver.check import (
 )
 from promesa_receiver.signing import new_secret
 
-from .conftest import CASES, SLOW_SECONDS
+from .conftest import CASES, REFUSAL_BODY, SLOW_SECONDS
 
 SDK = Path(__file__).resolve().parents[2] / "sdk"
 
@@ -42,7 +42,7 @@ SDK = Path(__file__).resolve().parents[2] / "sdk"
 def by_rule(results: list[dict]) -> dict[str, dict]:
     assert [r["rule"] for r in results] == list(RULES)
     for r in results:
-        assert set(r) == {"rule", "passed", "detail", "advice"}
+        assert set(r) == {"rule", "passed", "detail", "advice", "status", "excerpt"}
         assert r["detail"]
         assert bool(r["advice"]) == (r["passed"] is False), r  # advice exactly where something failed
     return {r["rule"]: r for r in results}
@@ -89,6 +89,23 @@ def test_a_bad_receiver_fails_exactly_its_rules(case_url, bad_receiver, secret, 
     if case == "careless":
         assert rules["forged_rejected"]["advice"].startswith(
             "your endpoint accepted a request signed with the wrong secret: verify X-Signature over the raw body")
+
+
+def test_a_receiver_holding_the_wrong_secret_fails_the_signature_rule_not_deduplication(wrong_secret_receiver, secret):
+    """Every request is refused 401: the signature rule fails with the secret's advice, and the rules that need
+    an accepted signed event (the duplicate and the three rejections) are not judged, saying why."""
+    _, results = run_check(wrong_secret_receiver.url, secret, allow_private=True)
+    rules = by_rule(results)
+    assert outcome(results) == ({"signed_accepted"}, {"duplicate_accepted", "forged_rejected", "stale_rejected",
+                                                      "tampered_rejected", "https"})
+    assert "current secret" in rules["signed_accepted"]["advice"]
+    for rule in ("duplicate_accepted", "forged_rejected", "stale_rejected", "tampered_rejected"):
+        assert rules[rule]["detail"] == NOT_JUDGED_DEPENDENT
+    # Each rule beside the answer it was judged on: its status and the start of the body, as received.
+    for rule in ("signed_accepted", "fast_answer", "duplicate_accepted", "forged_rejected", "tampered_rejected"):
+        assert (rules[rule]["status"], rules[rule]["excerpt"]) == (401, REFUSAL_BODY)
+    assert (rules["https"]["status"], rules["https"]["excerpt"]) == (None, None)  # judged on no answer
+    assert f"body: {REFUSAL_BODY}" in report(wrong_secret_receiver.url, "chk_1", results)
 
 
 def test_the_requests_on_the_wire_are_what_each_rule_says(bad_receiver, secret):
@@ -259,8 +276,9 @@ def test_judge_leaves_the_dependents_null_when_the_signed_event_was_not_accepted
                    Answer(None, 10.0, error="timeout", timed_out=True)):
         rules = by_rule(judge(URL, "promesa", answers(signed=signed, forged=Answer(200, 0.1))))
         assert rules["signed_accepted"]["passed"] is False
-        for rule in ("forged_rejected", "stale_rejected", "tampered_rejected"):
-            assert rules[rule] == {"rule": rule, "passed": None, "detail": NOT_JUDGED_DEPENDENT, "advice": ""}
+        for rule in ("duplicate_accepted", "forged_rejected", "stale_rejected", "tampered_rejected"):
+            assert (rules[rule]["passed"], rules[rule]["detail"], rules[rule]["advice"]) == (
+                None, NOT_JUDGED_DEPENDENT, "")
     rejected = by_rule(judge(URL, "promesa", answers(signed=Answer(401, 0.1))))["signed_accepted"]
     assert "current secret" in rejected["advice"] and "raw body" in rejected["advice"]
 

@@ -103,4 +103,4 @@ def test_secrets_are_hidden_and_a_sinks_address_is_masked(client, auth, users, c
     auth.login("admin")
     html = client.get("/audit").get_data(as_text=True)
     assert "credential" not in html and "https://hooks.slack.com/services/…" in html
-    assert "whsec_do-not-show" not in html and "secret: (hidden)" in html and "grace_seconds: 3600" in html
+    assert "whsec_do-not-show" not in html and "secret: (hidden)" in html and "grace seconds: 3600" in html

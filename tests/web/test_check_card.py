@@ -10,6 +10,7 @@ import re
 import pytest
 
 from tests.operations.test_replays import run_worker
+from tests.sdk.conftest import wrong_secret_receiver  # noqa: F401  (fixture)
 from tests.support.pipeline import deliver_due
 from tests.support.receiver import Receiver
 
@@ -76,6 +77,27 @@ def test_the_card_escapes_what_the_receiver_said(app, client, auth, producer, us
     assert "<script>alert(1)</script>" not in shown
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in shown  # the Location to register, as text
     assert "fail" in shown
+
+
+def test_a_wrong_secret_is_blamed_on_the_signature_and_each_rule_shows_its_answer(
+        app, client, auth, producer, users, wrong_secret_receiver):  # noqa: F811
+    sub = producer.subscribe(wrong_secret_receiver.url)  # the receiver verifies with a secret of its own
+    producer.post(f"/api/v1/subscriptions/{sub['id']}/checks")
+    run_worker(app)
+    auth.login("owner")
+    shown = card(client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True))
+    rows = dict(re.findall(r'data-rule="(\w+)">(.*?)</tr>', shown, re.DOTALL))
+    assert '<span class="bad">fail</span>' in rows["signed_accepted"]
+    assert "most likely the signature check" in rows["signed_accepted"]
+    for rule in ("duplicate_accepted", "forged_rejected", "stale_rejected", "tampered_rejected"):
+        assert '<span class="muted">not judged</span>' in rows[rule]
+        assert "the correctly signed event was not accepted" in rows[rule]
+        assert "Dedupe" not in rows[rule]  # no advice about deduplication for a refused signature
+    for rule in ("signed_accepted", "duplicate_accepted", "forged_rejected"):
+        assert "HTTP 401" in rows[rule]  # the answer beside the verdict, escaped
+        assert "&lt;script&gt;alert(&#34;refused&#34;)&lt;/script&gt; signature mismatch" in rows[rule]
+    assert "<script>alert" not in shown
+    assert "HTTP" not in rows["https"]  # judged on the URL, no answer to show
 
 
 def test_the_overview_marks_subscriptions_whose_last_check_failed(app, client, auth, producer, receiver, users, clock):

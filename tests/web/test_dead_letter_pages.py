@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from dashboard.core.extensions import db
 from dashboard.models import AuditEntry, Delivery, Replay, Subscription
@@ -191,3 +191,109 @@ def test_replay_selected_with_nothing_selected_keeps_the_filter(client, auth, de
                                                      "result": "404"})
     assert resp.status_code == 302 and resp.headers["Location"].endswith("/dead-letters?result=404")
     assert db.session.scalar(select(Replay.id)) is None
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", text)]
+
+
+def test_a_replays_audit_entry_says_what_its_page_says(app, client, auth, producer, receiver, clock, users):
+    """A real replay: one subscription repaired, one still refusing. The job re-queues all four at once; the
+    deliveries take hours to settle. The audit entry waits for them and then carries the page's counts, in words."""
+    from dashboard.operations import sweeper
+    from tests.operations.test_replays import fix_receiver
+    from tests.support.pipeline import deliver_due
+
+    mended, _ = make_dead(app, clock, producer, receiver, 400, ["file.updated"] * 3)
+    make_dead(app, clock, producer, receiver, 404, ["order.paid"])
+    fix_receiver(mended, receiver)
+    auth.login("operator")
+    started = client.post("/dead-letters/replay", data={"csrf_token": auth.csrf("/dead-letters"), "which": "matching"})
+    replay_id = started.headers["Location"].rsplit("/", 1)[1]
+    run_worker(app)  # the job re-queues the four; the drains deliver the three and try the fourth once
+    sweeper.evaluate_minute(app, clock.now())
+    entry = lambda: db.session.scalar(select(AuditEntry).where(  # noqa: E731
+        AuditEntry.action == "replay.finished", AuditEntry.target == f"replay:{replay_id}"))
+    assert entry() is None  # one is still on its way: the outcome is not known yet
+    for _ in range(3):
+        clock.advance(hours=1)
+        deliver_due(app, clock)
+    sweeper.evaluate_minute(app, clock.now())
+    sweeper.evaluate_minute(app, clock.now())  # once only
+    assert db.session.scalar(select(func.count()).select_from(AuditEntry).where(
+        AuditEntry.action == "replay.finished", AuditEntry.target == f"replay:{replay_id}")) == 1
+
+    page = client.get(f"/replays/{replay_id}").get_data(as_text=True)
+    shown = {name: int(re.search(rf'class="replay-{name}[^"]*">(\d+)<', page).group(1))
+             for name in ("succeeded", "failed", "waiting", "held")}
+    assert shown == {"succeeded": 3, "failed": 1, "waiting": 0, "held": 0}
+    audit_page = client.get("/audit?action=replay.finished").get_data(as_text=True)
+    said = re.search(r'<span class="audit-summary">([^<]*)</span>', audit_page).group(1)
+    assert said == "3 of 4 delivered, 1 failed (dead again), 0 still on their way, 0 held until resume"
+    assert _numbers(said) == [shown["succeeded"], 4, shown["failed"], shown["waiting"], shown["held"]]
+    assert entry().detail["delivered"] == 3 and entry().deliveries == 4
+
+
+def test_the_audit_log_says_every_detail_in_words(app, client, auth, users, clock):
+    """No Python spelling on the page, whatever an entry's detail holds: empty lists and maps, booleans."""
+    from dashboard import audit
+
+    db.session.add(AuditEntry(**audit.entry_values(
+        "check.finished", at=clock.now(), team_id=users["owner"].team_id,
+        detail={"failed": [], "filters": {}, "automatic": True, "event_id": None})))
+    db.session.commit()
+    auth.login("admin")
+    html = client.get("/audit?action=check.finished").get_data(as_text=True)
+    detail = re.search(r'<td class="detail[^"]*"[^>]*>(.*?)</td>', html, re.DOTALL).group(1)
+    for spelling in ("[]", "{}", "True", "None"):
+        assert spelling not in detail, detail
+    assert "failed: none" in detail and "automatic: yes" in detail and "event id: —" in detail
+
+
+def test_replaying_to_an_endpoint_that_failed_seconds_ago_warns_first(app, client, auth, producer, receiver, clock,
+                                                                       users):
+    from tests.operations.test_replays import fix_receiver
+    from tests.support.pipeline import deliver_due
+
+    sub_id, _ = make_dead(app, clock, producer, receiver, 400, ["file.updated"])
+    auth.login("operator")
+    warning = re.compile(r'class="banner replay-warning".*?</div>', re.DOTALL)
+    assert not warning.search(client.get(f"/dead-letters?subscription={sub_id}").get_data(as_text=True))  # an hour ago
+    producer.publish("file.updated")
+    deliver_due(app, clock)  # the endpoint still answers 400
+    clock.advance(seconds=40)
+    for page in (f"/dead-letters?subscription={sub_id}", "/dead-letters", f"/subscriptions/{sub_id}"):
+        html = client.get(page).get_data(as_text=True)
+        said = warning.search(html).group(0)
+        assert ("its last attempt failed 40 s ago with HTTP 400 (client error): these will likely fail again and "
+                "return to the dead letters") in said, page
+        assert "Careful: " in html  # in the confirmation too; the button is still there
+    assert sub_id in warning.search(client.get("/dead-letters").get_data(as_text=True)).group(0)  # named
+    fix_receiver(sub_id, receiver)
+    clock.advance(minutes=1)
+    deliver_due(app, clock)  # the retry succeeds: the endpoint answers again
+    assert not warning.search(client.get(f"/dead-letters?subscription={sub_id}").get_data(as_text=True))
+
+
+def test_subscriptions_that_share_a_url_are_named_apart(app, client, auth, producer, receiver, clock, users):
+    """The dead letters' filter and rows, the audit log and the replay pages name a subscription by its description
+    and id beside its URL: two endpoints at one URL are told apart."""
+    named = {}
+    for description in ("billing hook", "search hook"):
+        sub_id, _ = make_dead(app, clock, producer, receiver, 400, ["file.updated"])
+        db.session.get(Subscription, sub_id).description = description
+        named[sub_id] = f"{description} · {sub_id} — {receiver.url}/status/400"
+    db.session.commit()
+    auth.login("operator")
+    dead_page = client.get("/dead-letters").get_data(as_text=True)
+    for sub_id, name in named.items():
+        assert f'<option value="{sub_id}">{name}</option>' in dead_page
+        assert f">{name}</a></td>" in dead_page  # its dead letter's row
+    audit_page = client.get("/audit?action=subscription.created").get_data(as_text=True)
+    assert all(f">{name}</a></td>" in audit_page for name in named.values())
+    billing = next(iter(named))
+    started = client.post("/dead-letters/replay", data={"csrf_token": auth.csrf("/dead-letters"), "which": "matching",
+                                                        "subscription": billing})
+    replay_page = client.get(started.headers["Location"]).get_data(as_text=True)
+    assert f">{named[billing]}</a></dd>" in replay_page
+    assert f">{named[billing]}</a><br>" in client.get("/replays").get_data(as_text=True)

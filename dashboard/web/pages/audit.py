@@ -27,19 +27,43 @@ def _shown(key: str, value, sink: bool) -> str:
         return "(hidden)"
     if value is None:
         return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_shown(k, v, sink)}" for k, v in value.items()) or "{}"
+        return ", ".join(f"{_words(k)} {_shown(k, v, sink)}" for k, v in value.items()) or "none"
     if isinstance(value, (list, tuple)):
-        return ", ".join(_shown(key, v, sink) for v in value) or "[]"
+        return ", ".join(_shown(key, v, sink) for v in value) or "none"
     if sink and "url" in key.lower() and isinstance(value, str):
         return masked(value)
     return str(value)
 
 
+def _words(key: str) -> str:
+    return key.replace("_", " ")
+
+
+def _replay_summary(action: str, detail: dict) -> str | None:
+    """A replay's or discard's counts as the replay page says them; None for other entries."""
+    n = {k: v for k, v in detail.items() if isinstance(v, int)}
+    if action == "replay.finished" and "delivered" in n:
+        return (f"{n['delivered']} of {n['requeued']} delivered, {n['failed']} failed (dead again), "
+                f"{n['waiting']} still on their way, {n['held']} held until resume")
+    if action.startswith("replay.") and action != "replay.started" and "total" in n:  # cancelled, failed, older
+        requeued = n.get("requeued", n["total"] if action == "replay.finished" else None)
+        return f"{requeued} of {n['total']} dead letters re-queued" if requeued is not None else None
+    if action.startswith("discard.") and "discarded" in n:
+        return f"{n['discarded']} of {n.get('total', n['discarded'])} dead letters discarded"
+    return None
+
+
 def detail_rows(entry: AuditEntry, sink_team_id: int | None) -> dict:
-    """An entry's detail for the page: `changes` is [(field, before, after)] for an edit (each changed field's
-    old and new value), `facts` is [(key, value)] for the rest."""
+    """An entry's detail for the page: `summary` a sentence for the entries that have one (a replay's counts),
+    `changes` is [(field, before, after)] for an edit (each changed field's old and new value), `facts` is
+    [(key, value)] for the rest, keys and values in words."""
     detail = dict(entry.detail or {})
+    summary = _replay_summary(entry.action, detail)
+    if summary is not None:
+        detail = {k: v for k, v in detail.items() if k == "error"}
     sink = sink_team_id is not None and entry.team_id == sink_team_id
     changes = []
     before, after = detail.pop("before", None), detail.pop("after", None)
@@ -50,7 +74,8 @@ def detail_rows(entry: AuditEntry, sink_team_id: int | None) -> dict:
         detail.update({"before": before, "after": after})
     if "from" in detail and "to" in detail:  # a role change
         changes.append(("role", _shown("role", detail.pop("from"), sink), _shown("role", detail.pop("to"), sink)))
-    return {"changes": changes, "facts": [(k, _shown(k, v, sink)) for k, v in detail.items()]}
+    return {"summary": summary, "changes": changes,
+            "facts": [(_words(k), _shown(k, v, sink)) for k, v in detail.items()]}
 
 
 @bp.app_context_processor

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import abort, current_app, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 from sqlalchemy import select
 
 from dashboard.accounts import access
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
-from dashboard.models import ReplayKind, Subscription, Team
+from dashboard.models import Delivery, ReplayKind, Subscription, Team
 from dashboard.operations import replays as replay_service
+from dashboard.operations import subscription_status
 from dashboard.web.pages import bp
-from dashboard.web.pages.replays import show_started
+from dashboard.web.pages.formatting import subscription_label
+from dashboard.web.pages.replays import failing_note, show_started
 
 PAGE = 50
+# The replay form warns about the endpoints of at most this many of the matching dead letters' subscriptions.
+FAILING_CHECKED = 10
 
 
 def operable(dead: replay_service.DeadLetterFilter) -> replay_service.DeadLetterFilter | None:
@@ -52,9 +56,25 @@ def dead_letters():
     subs = db.session.scalars(access.restrict(select(Subscription), current_user, Subscription.team_id)
                               .order_by(Subscription.url)).all()
     teams = db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
+    warnings = failing_notes(dead.where(visible)) if may_replay and matching else []
     return render_template("dead_letters/page.html", dead=dead, args=dead.as_args(), rows=rows, cursor=cursor,
                            matching=matching, replayable=replayable, may_replay=may_replay, subscriptions=subs,
+                           replay_warnings=warnings,
                            teams=teams, error=error.message if error else None), error.status if error else 200
+
+
+def failing_notes(where: list) -> list[str]:
+    """For the subscriptions of the matching dead letters (the first FAILING_CHECKED), what a replay should know
+    first: each one whose endpoint fails now, named, with its last failure."""
+    now = current_app.config["CLOCK"].now()
+    ids = db.session.scalars(select(Delivery.subscription_id).where(*where).distinct()
+                             .order_by(Delivery.subscription_id).limit(FAILING_CHECKED)).all()
+    notes = []
+    for sub in db.session.scalars(select(Subscription).where(Subscription.id.in_(ids)).order_by(Subscription.id)):
+        note = failing_note(subscription_status.status(sub, now), now)
+        if note:
+            notes.append(f"{subscription_label(sub)}: {note}")
+    return notes
 
 
 @bp.post("/dead-letters/replay")

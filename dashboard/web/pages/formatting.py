@@ -1,9 +1,13 @@
-"""Template filters for times and rates, so every page says them the same way."""
+"""Template filters for times, rates and subscriptions' names, so every page says them the same way."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+from sqlalchemy import select
+
+from dashboard.core.extensions import db
+from dashboard.models import Subscription
 from dashboard.subscriptions.diagnosis import readable_ms
 from dashboard.web.pages import bp
 
@@ -47,3 +51,25 @@ def measured_ms(ms: int | None) -> str:
     """A measured time: "40 ms", "1.2 s", or "—" when nothing was measured."""
     return "—" if ms is None else readable_ms(ms)
 
+
+# A description longer than this is cut in a subscription's name (a select's option, a table's cell).
+NAMED_DESCRIPTION_CHARS = 60
+
+
+@bp.app_template_global("subscription_label")
+def subscription_label(sub) -> str:
+    """A subscription's name where several may share a URL: "billing hook · sub_01J… — https://…"."""
+    described = sub.description or ""
+    if len(described) > NAMED_DESCRIPTION_CHARS:
+        described = described[:NAMED_DESCRIPTION_CHARS - 1] + "…"
+    return f"{described} · {sub.id} — {sub.url}" if described else f"{sub.id} — {sub.url}"
+
+
+@bp.app_template_global("subscriptions_named")
+def subscriptions_named(rows) -> dict:
+    """The subscriptions of these rows (audit entries, replays: anything with a `subscription_id`) by id, read
+    at once, for `subscription_label`. The caller shows only rows the user may see, and so their subscriptions."""
+    ids = {row.subscription_id for row in rows if row.subscription_id}
+    if not ids:
+        return {}
+    return {sub.id: sub for sub in db.session.scalars(select(Subscription).where(Subscription.id.in_(ids)))}

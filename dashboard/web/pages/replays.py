@@ -3,6 +3,8 @@ cancelling, and "replay dead letters since …" from a subscription's page."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 
@@ -11,7 +13,9 @@ from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
 from dashboard.models import Replay, ReplayKind, ReplayState, Subscription, SubscriptionState
 from dashboard.operations import replays as replay_service
+from dashboard.operations import subscription_status
 from dashboard.web.pages import bp
+from dashboard.web.pages.formatting import age
 
 
 def replay_or_404(replay_id: str) -> Replay:
@@ -42,6 +46,18 @@ def held_note(subscription_id: str | None) -> str:
     return f" The subscription is {sub.state}: they are held until {until}, nothing is sent before."
 
 
+def failing_note(st: subscription_status.Status, now: dt.datetime) -> str | None:
+    """Said before a replay starts, blocking nothing: "its last attempt failed 40 s ago with HTTP 503 …" while
+    the endpoint fails now (subscription_status.Status.failing_now); None otherwise."""
+    failure = st.failing_now(now)
+    if failure is None:
+        return None
+    what = subscription_status.error_class(failure.status_code, failure.error)
+    opened = ", and an incident about it is open" if st.incidents else ""
+    return (f"its last attempt failed {age(failure.attempted_at, now)} ago with {what}{opened}: "
+            "these will likely fail again and return to the dead letters")
+
+
 def can_cancel(replay: Replay) -> bool:
     teams = access.operable_team_ids(current_user)
     if teams is None:
@@ -67,8 +83,9 @@ def replay_progress(replay_id):
     else:
         poll = "2s" if replay.state == ReplayState.FINISHED and outcome["waiting"] else None
     template = "replays/_progress.html" if request.headers.get("HX-Request") else "replays/page.html"
+    sub = db.session.get(Subscription, replay.subscription_id) if replay.subscription_id else None
     return render_template(template, replay=replay, outcome=outcome, poll=poll, can_cancel=can_cancel(replay),
-                           progress=replay_service.progress_word(replay, outcome))
+                           progress=replay_service.progress_word(replay, outcome), subscription=sub)
 
 
 @bp.post("/replays/<replay_id>/cancel")

@@ -19,7 +19,7 @@ from dashboard.stats import latency, outcomes, rollup
 from dashboard.subscriptions import contract as contract_service
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.pages import bp
-from dashboard.web.pages.replays import held_note, show_started
+from dashboard.web.pages.replays import failing_note, held_note, show_started
 
 PAGE = 50
 AUDIT_ENTRIES = 20
@@ -90,10 +90,11 @@ def subscription(subscription_id):
     buckets, lat, latency_cut = chart_data(sub, window, now)
     entries = db.session.scalars(select(AuditEntry).where(AuditEntry.subscription_id == sub.id)
                                  .order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(AUDIT_ENTRIES)).all()
+    status = subscription_status.status(sub, now)
     return render_template("subscriptions/page.html", sub=sub, deliveries=page, filters=filters,
                            state=filters["state"], next_before=next_before, buckets=buckets, latency=lat,
                            latency_cut=latency_cut, window=window, windows=WINDOWS, audit_entries=entries,
-                           status=subscription_status.status(sub, now), now=now,
+                           status=status, replay_warning=failing_note(status, now), now=now,
                            error_class=subscription_status.error_class,
                            can_operate=access.can_operate(current_user, sub))
 
