@@ -283,3 +283,15 @@ def test_a_snooze_can_be_ended_and_is_never_shortened_silently(client, auth, fir
     told = _flash(client.post(f"/incidents/{incident.id}/unsnooze", data={"csrf_token": auth.csrf()},
                               follow_redirects=True))
     assert told == "It is not snoozed: nothing to end."
+
+
+def test_replaying_from_the_incident_warns_that_the_endpoint_still_fails(client, auth, fired):
+    _, incident = fired
+    auth.login("operator")
+    page = " ".join(client.get(f"/incidents/{incident.id}").get_data(as_text=True).split())
+    warning = ("Before you replay: its last attempt failed 2 min ago with HTTP 400 (client error), and an incident "
+               "about it is open: these will likely fail again and return to the dead letters.")
+    assert warning in page
+    assert 'data-confirm="Replay these dead letters? Careful: its last attempt failed 2 min ago' in page
+    auth.login("oncall")  # who may not replay is not warned about replaying
+    assert "Before you replay" not in client.get(f"/incidents/{incident.id}").get_data(as_text=True)

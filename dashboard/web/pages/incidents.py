@@ -26,12 +26,13 @@ from dashboard.models import (
     SubscriptionState,
     Team,
 )
-from dashboard.operations import incident_rules, incidents, notifications
+from dashboard.operations import incident_rules, incidents, notifications, subscription_status
 from dashboard.stats import outcomes
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.auth import is_local_path
 from dashboard.web.pages import bp
 from dashboard.web.pages.formatting import utc
+from dashboard.web.pages.replays import failing_note
 
 LIST_LIMIT = 200
 # The evidence shown: the last distinct failures, the dead letters in the window (a replay takes them all).
@@ -214,6 +215,8 @@ def incident(incident_id):
             dead_counts=dead_letter_counts(sub.id, since, until),
             figures=incidents.describe_figures(inc, still_dead=still_dead_of_figures(sub.id, inc)),
             can_operate=access.can_operate(current_user, sub), audit_url=audit_url(sub.id))
+        if context["can_operate"] and context["dead_counts"].still_dead:
+            context["replay_warning"] = failing_note(subscription_status.status(sub, now), now)
     return render_template("incidents/incident.html", **context)
 
 
