@@ -134,7 +134,7 @@ MATRIX = {
 OWN_ACCOUNT = {("auth.login", "POST"), ("auth.logout", "POST"), ("auth.change_password", "POST")}
 # What access.ROLES_TABLE says on-call and members may change ("...incidents; nothing else").
 ANSWERING_INCIDENTS = {("pages.acknowledge_incident", "POST"), ("pages.snooze_incident", "POST"),
-                       ("pages.resolve_incident", "POST")}
+                       ("pages.resolve_incident", "POST"), ("pages.end_incident_snooze", "POST")}
 ROOT = Path(__file__).resolve().parents[2]
 
 

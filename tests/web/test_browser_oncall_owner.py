@@ -167,7 +167,8 @@ def test_an_admin_adds_a_named_filtered_sink_and_sends_it_a_test_message(app, re
     row.locator("input[name=teams][value=acme]").uncheck()
     row.locator("input[name=kinds][value='incident.resolved']").check()
     row.locator("button:text('Save')").click()
-    assert "Sink #oncall changed: name, teams, kinds." in page.locator(".flash").inner_text()
+    assert page.locator(".flash").inner_text() == ("Sink #oncall changed (name, teams, notification kinds): it hears"
+                                                   " incident.opened, incident.resolved · every team, and Promesa itself.")
     row = page.locator("table.sinks tr", has_text="#oncall")
     assert "incident.opened, incident.resolved · every team" in row.inner_text()
     row.locator("button:text('Remove')").click()

@@ -59,17 +59,19 @@ def test_an_operator_rides_out_an_outage(app, producer, endpoint, clock, users, 
     page.click("form.pause button")
     assert "Paused by operator@example.com" in state.inner_text()
     assert "billing vendor outage <INC-7>" in state.locator(".reason").inner_text()
-    assert "1 deliveries are held until resume" in state.inner_text()
+    assert "1 delivery is held until you resume it" in state.inner_text()
     audit = page.locator("table.audit").inner_text()
     assert "subscription.paused" in audit and "reason: billing vendor outage <INC-7>" in audit
 
     page.click("button:text('Replay all dead letters')")
-    assert dialogs[-1] == ("Replay all 2 dead letters of this subscription? They will be held until you resume it.")
+    assert dialogs[-1] == ("Replay all 2 dead letters of this subscription? They will be held until you resume it."
+                                   " Careful: its last attempt failed 2 min ago with HTTP 503 (server error): these will"
+                                   " likely fail again and return to the dead letters.")
     flash = page.locator(".flash").inner_text()
     assert "Replaying 2 dead deliveries" in flash and "they are held until you resume it" in flash
     deliver_due(app, clock)
     assert endpoint.accepted() == []  # nothing is sent while paused
-    assert "3 deliveries are held until resume" in state.inner_text()
+    assert "3 deliveries are held until you resume it" in state.inner_text()
 
     endpoint.status = 200  # the vendor is back
     page.click("#current-state button:text('Resume and send the 3 held')")

@@ -69,7 +69,7 @@ def test_the_page_says_what_is_wrong_since_when_and_what_fits(app, client, auth,
     html = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
     top = html.split('id="current-state"')[1].split("</section>")[0]
     assert "Paused by operator@example.com" in top and "vendor &lt;outage&gt;" in top
-    assert "2 deliveries are held until resume" in top
+    assert "2 deliveries are held until you resume it" in top
     assert "Resume and send the 2 held" in top  # now the action that fits is resume
     entry = db.session.scalar(select(AuditEntry).where(AuditEntry.action == "subscription.paused"))
     assert entry.detail == {"reason": "vendor <outage>"} and entry.deliveries == 2
