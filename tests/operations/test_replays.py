@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from rq import SimpleWorker
 from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
 from dashboard.delivery import jobs
+from dashboard.delivery.worker import DeliveryWorker
 from dashboard.operations import replays
 from dashboard.core.extensions import db
 from dashboard.models import AuditEntry, Delivery, Event, Replay, Subscription
@@ -50,11 +50,12 @@ def fix_receiver(sub_id, receiver):
 
 
 def run_worker(app):
-    """A real RQ SimpleWorker on the app's queues, as `promesa worker --burst` and the lanes' workers run it:
-    replay jobs (and checks) first, then the drain jobs they start."""
+    """A real RQ worker on the app's queues, as `promesa worker --burst` and the lanes' workers run it: replay jobs
+    (and checks) first, then the drain jobs they start. Promesa's worker class: RQ's own can take a minute to stop."""
     work = WorkQueue.for_app(app)
     with app.app_context():  # a worker process's own context and database session
-        SimpleWorker([*(lanes.queue(lane, app) for lane in lanes.LANES), work.rq], connection=work.conn).work(burst=True)
+        queues = [*(lanes.queue(lane, app).name for lane in lanes.LANES), work.rq.name]
+        DeliveryWorker(queues, connection=work.conn).work(burst=True)
     engine = jobs._engines.pop(id(app), None)  # a worker process keeps its engine; a test closes it
     if engine is not None:
         engine.close()

@@ -10,10 +10,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from rq import SimpleWorker
 from rq.timeouts import TimerDeathPenalty
 
 from dashboard.delivery import jobs
+from dashboard.delivery.worker import DeliveryWorker
 from dashboard.queue import lanes
 from dashboard.queue.work import WorkQueue
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.parametrize("database_url", ["sqlite
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 
 
-class ThreadWorker(SimpleWorker):
+class ThreadWorker(DeliveryWorker):
     """`promesa worker`'s SimpleWorker, in a thread of this process (signals belong to the main thread)."""
 
     death_penalty_class = TimerDeathPenalty
@@ -39,7 +39,7 @@ def start_worker(app) -> threading.Thread:
     def run():
         work = WorkQueue.for_app(app)
         with app.app_context():
-            ThreadWorker([*(lanes.queue(lane, app) for lane in lanes.LANES), work.rq],
+            ThreadWorker([*(lanes.queue(lane, app).name for lane in lanes.LANES), work.rq.name],
                          connection=work.conn).work(burst=True)
             engine = jobs._engines.pop(id(app), None)
             if engine is not None:
