@@ -55,7 +55,7 @@ PHONE_PAGES = [
 # (url, description, team, state, state reason, failure rate per hour: fn(hours ago) -> 0..1, attempts per hour)
 ENDPOINTS = [
     ("https://billing.example.com/hooks", "invoices to billing", "payments", "active", None,
-     lambda h: 1.0 if h < 3 else 0.02, 40),
+     lambda h: 1.0 if h < 3 else 0.02, 120),
     ("https://crm.example.net/promesa", "customer sync", "payments", "active", None,
      lambda h: 0.35 if 20 < h < 60 else 0.03, 25),
     ("https://search.example.org/reindex", "search indexer", "search", "paused", "paused by ana@example.com",
@@ -116,10 +116,15 @@ def seed(app) -> dict:
                                    "after": {"url": ENDPOINTS[0][0], "retry_policy": "quick-then-sweep"}}),
     ]
     # The failing billing endpoint has an open incident: the list, the badge and the on-call page show it.
+    # Its figures are the demo's own dead letters in the 15 minutes before it opened, as the rule counts them.
+    opened_at = NOW - dt.timedelta(hours=2, minutes=35)
+    dead_before = sum(c["dead"] for c in counts if c["subscription_id"] == _sub_id(0)
+                      and opened_at - dt.timedelta(minutes=15) <= c["minute"] < opened_at)
     incident = Incident(subscription_id=_sub_id(0), team_id=teams["payments"].id, rule="dead_letters", state="open",
-                        opened_at=NOW - dt.timedelta(hours=2, minutes=50), first_seen_at=NOW - dt.timedelta(hours=3),
+                        opened_at=opened_at, first_seen_at=NOW - dt.timedelta(hours=3),
                         last_seen_at=NOW - dt.timedelta(minutes=1),
-                        figures={"dead": 147, "threshold": 5, "window_minutes": 15})
+                        figures={"dead": dead_before, "threshold": 5, "window_minutes": 15})
+    assert dead_before >= 5, "the demo's incident would not have fired: its endpoint needs more dead letters"
     db.session.add(incident)
     db.session.flush()
     worst = {**worst, "incident": incident.id}
