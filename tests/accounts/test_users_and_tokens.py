@@ -24,7 +24,7 @@ def test_an_admin_creates_a_user_whose_password_is_shown_once(app, client, auth,
     assert "<option selected>member</option>" in client.get("/users").get_data(as_text=True)  # the least privilege
     token = auth.csrf()
     resp = client.post("/users", data={"csrf_token": token, "email": "New@Example.com", "role": "owner", "team": "acme"})
-    assert resp.status_code == 302 and resp.headers["Location"] == "/users"  # a reload shows the page, creates nothing
+    assert resp.status_code == 303 and resp.headers["Location"] == "/users"  # a reload shows the page, creates nothing
     cookie = resp.headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
     carried = app.session_interface.get_signing_serializer(app).loads(cookie)
     shown = client.get("/users")

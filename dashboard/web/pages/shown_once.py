@@ -1,5 +1,5 @@
 """A secret shown once, on the page a form redirects to (post/redirect/get: reloading that page never
-sends the form again, so it never creates a second subscription or token).
+sends the form again, so it never creates a second subscription, token, sink or user).
 
 The session is a cookie that is signed, not encrypted: whoever holds it reads it, and an old copy can be
 sent again. So the secret never goes into it. It waits on the server, in Redis, encrypted like every

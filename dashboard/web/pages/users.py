@@ -4,24 +4,21 @@ Every change answers with a redirect (post/redirect/get): reloading the page nev
 
 from __future__ import annotations
 
-from flask import abort, flash, redirect, render_template, request, session, url_for
+from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from dashboard.accounts import access
 from dashboard.accounts import service as accounts
-from dashboard.core import crypto
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import Team, User
-from dashboard.web.pages import bp
+from dashboard.web.pages import bp, shown_once
 
 
 # The role a new user gets unless the admin picks another: the least privilege.
 DEFAULT_ROLE = "member"
-# A new user's one-time password, encrypted, between the POST that made it and the GET that shows it once.
-NEW_USER = "users_new_user"
 
 
 def _page(status: int = 200, **shown):
@@ -46,11 +43,11 @@ def _user_or_404(user_id: int) -> User:
 @login_required
 def users():
     _admin_only()
-    new_user = session.pop(NEW_USER, None)
-    created = db.session.get(User, new_user["id"]) if new_user else None
+    kept = shown_once.take("user")
+    created = db.session.get(User, int(kept[0])) if kept else None
     if created is None:
         return _page()
-    body, status = _page(created=created, password=crypto.decrypt(new_user["password"]))
+    body, status = _page(created=created, password=kept[1])
     return body, status, {"Cache-Control": "no-store"}
 
 
@@ -66,8 +63,8 @@ def create_user():
         db.session.rollback()
         flash(exc.message, "error")
         return _page(exc.status, form=form)
-    session[NEW_USER] = {"id": user.id, "password": crypto.encrypt(password)}
-    return redirect(url_for(".users"))
+    return shown_once.show_after_redirect("user", user.id, password, url_for(".users"),
+                                          lambda: _page(created=user, password=password))
 
 
 @bp.post("/users/<int:user_id>/role")
