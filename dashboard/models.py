@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    case,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -68,6 +69,14 @@ class SubscriptionState:
     ALL = (ACTIVE, PAUSED, DISABLED)
 
 
+class ConsumerState:
+    ACTIVE = "active"
+    # Its deliveries are held, as for a paused subscription, until it is enabled again.
+    DISABLED = "disabled"
+
+    ALL = (ACTIVE, DISABLED)
+
+
 class Team(db.Model):
     __tablename__ = "teams"
 
@@ -78,6 +87,37 @@ class Team(db.Model):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
     subscriptions: Mapped[list[Subscription]] = relationship(back_populates="team")
+
+
+# A consumer's uid: the producer's own id for the party (its customer, an app), unique within the team.
+CONSUMER_UID_PATTERN = r"^[A-Za-z0-9._:-]{1,100}$"
+_LIVE = text("deleted_at IS NULL")
+
+
+class Consumer(db.Model):
+    """The party an event is about and for: a producing team's customer. An event addressed to it reaches only
+    its own subscriptions (dashboard.ingest.accept); a disabled one's deliveries are held; a deleted one is out
+    of routing, and its uid may name a new consumer (its events stay with the old row)."""
+
+    __tablename__ = "consumers"
+    __table_args__ = (
+        # Unique among the live ones; "C" on PostgreSQL: a uid prefix is an index range, in byte order.
+        Index("uq_consumers_team_uid", "team_id", "uid", unique=True, postgresql_where=_LIVE, sqlite_where=_LIVE),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+    uid: Mapped[str] = mapped_column(String(100).with_variant(String(100, collation="C"), "postgresql"))
+    name: Mapped[str] = mapped_column(String(200), default="")
+    # A small JSON object the producer keeps with it (size-capped in dashboard.consumers.service).
+    meta: Mapped[dict | None] = mapped_column("metadata", JSON)
+    state: Mapped[str] = mapped_column(String(16), default=ConsumerState.ACTIVE)
+    state_reason: Mapped[str | None] = mapped_column(String(500))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    deleted_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+
+    team: Mapped[Team] = relationship()
 
 
 class TeamQuota(db.Model):
@@ -193,9 +233,13 @@ def previous_signs(expires_at: dt.datetime | None, now: dt.datetime) -> bool:
 
 class Subscription(db.Model):
     __tablename__ = "subscriptions"
+    # Routing reads a team's subscriptions of no consumer, or of one consumer, never all of them.
+    __table_args__ = (Index("ix_subscriptions_team_consumer", "team_id", "consumer_id"),)
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("sub"))
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
+    # The consumer whose endpoint this is (None: the team's own, for its unaddressed events).
+    consumer_id: Mapped[int | None] = mapped_column(ForeignKey("consumers.id"))
     url: Mapped[str] = mapped_column(String(2048))
     description: Mapped[str] = mapped_column(String(500), default="")
     event_types: Mapped[list] = mapped_column(JSON, default=lambda: ["*"])
@@ -223,6 +267,14 @@ class Subscription(db.Model):
     deleted_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
 
     team: Mapped[Team] = relationship(back_populates="subscriptions")
+    consumer: Mapped[Consumer | None] = relationship()
+
+
+def delivering_state(subscriptions, consumers):
+    """A subscription's state as delivery reads it (tables or aliases, the consumers one outer-joined):
+    disabled while its consumer is disabled, whatever its own."""
+    return case((consumers.c.state == ConsumerState.DISABLED, SubscriptionState.DISABLED),
+                else_=subscriptions.c.state)
 
 
 class EventType(db.Model):
@@ -242,11 +294,17 @@ class EventType(db.Model):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
 
+_ADDRESSED = text("consumer_id IS NOT NULL")
+
+
 class Event(db.Model):
     __tablename__ = "events"
     __table_args__ = (UniqueConstraint("team_id", "idempotency_key", name="uq_events_team_idempotency_key"),
                       UniqueConstraint("team_id", "id", name="uq_events_team_id"),
-                      Index("ix_events_type_created_at", "type", "created_at"))  # event search by type
+                      Index("ix_events_type_created_at", "type", "created_at"),  # event search by type
+                      # A consumer's events since a time ("replay since"), and the events page's consumer filter.
+                      Index("ix_events_consumer_created_at", "consumer_id", "created_at",
+                            postgresql_where=_ADDRESSED, sqlite_where=_ADDRESSED))
 
     # Promesa's own id for the row, unique across teams: what deliveries reference. Never shown.
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -262,10 +320,15 @@ class Event(db.Model):
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     # data.resource_id, when it is a short string or number: what operators search events by.
     resource_id: Mapped[str | None] = mapped_column(String(200), index=True)
+    # The consumer it was addressed to (None: the team's own subscriptions). No foreign key: ingest's write
+    # stays one statement, and the consumer row is never removed.
+    consumer_id: Mapped[int | None] = mapped_column(Integer)
     occurred_at: Mapped[dt.datetime] = mapped_column(DateTime)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)
 
     team: Mapped[Team] = relationship()
+    consumer: Mapped[Consumer | None] = relationship(primaryjoin="foreign(Event.consumer_id) == Consumer.id",
+                                                     viewonly=True)
     deliveries: Mapped[list[Delivery]] = relationship(back_populates="event", order_by="Delivery.created_at")
 
 

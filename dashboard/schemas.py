@@ -31,9 +31,11 @@ from dashboard.core.validation import (
     text,
 )
 from dashboard.models import (
+    CONSUMER_UID_PATTERN,
     INCIDENT_NOTE_MAX,
     RETRY_POLICY_NAMES,
     CheckState,
+    ConsumerState,
     DeliveryState,
     IncidentState,
     ReplayKind,
@@ -49,6 +51,10 @@ MAX_RATE_LIMIT_PER_S = 10_000
 MAX_IN_FLIGHT = 64
 MAX_GRACE_SECONDS = 7 * 86400
 DELIVERY_ID_PATTERN = r"^[A-Za-z0-9_]{1,40}$"
+MAX_CONSUMER_METADATA_BYTES = 4096  # a consumer's metadata as compact JSON
+CONSUMER_UID_WORDS = "a consumer uid: 1 to 100 letters, digits, '.', '_', ':' or '-'"
+# A consumer's uid, as the producer chose it.
+ConsumerUid = Annotated[str, Field(pattern=CONSUMER_UID_PATTERN, examples=["cus_8812"]), Must(CONSUMER_UID_WORDS)]
 
 
 # -- requests ------------------------------------------------------------------------------------
@@ -65,9 +71,15 @@ class EventInput(Body):
     id: Annotated[str | None, Field(pattern=ID_PATTERN, description="your stable id, unique in your team; "
                                                                     "repeating it returns the first event"),
                   Must("a string of at most 64 letters, digits, '_', '-', '.' or ':'")] = None
+    consumer: Annotated[str | None, Field(pattern=CONSUMER_UID_PATTERN,
+                                          description="the uid of the consumer it is for: only that consumer's "
+                                                      "subscriptions receive it. Absent: the team's subscriptions "
+                                                      "that belong to no consumer"),
+                        Must(CONSUMER_UID_WORDS)] = None
 
     model_config = ConfigDict(json_schema_extra={"examples": [
-        {"type": "file.updated", "data": {"resource_id": "f_123", "resource_version": 7}}]})
+        {"type": "file.updated", "data": {"resource_id": "f_123", "resource_version": 7}},
+        {"type": "invoice.paid", "consumer": "cus_8812", "data": {"resource_id": "in_77", "resource_version": 1}}]})
 
 
 class EventBatch(Body):
@@ -114,6 +126,11 @@ class SubscriptionInput(Body):
                                              "the signed requests of such an early check are likely refused: "
                                              "run it again once the receiver holds the secret"),
                      Must("true or false")] = False
+    consumer: Annotated[str | None, Field(pattern=CONSUMER_UID_PATTERN,
+                                          description="the uid of the consumer whose endpoint this is: it receives "
+                                                      "only events addressed to that consumer. Absent: the team's own "
+                                                      "endpoint, for unaddressed events"),
+                        Must(CONSUMER_UID_WORDS)] = None
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"url": "https://example.com/hooks", "event_types": ["file.*"]}]})
@@ -123,7 +140,8 @@ def _edit_fields() -> dict:
     """SubscriptionInput's fields but the signature scheme (receivers verify by it), none required."""
     fields = {}
     for name, info in SubscriptionInput.model_fields.items():
-        if name in ("signature_scheme", "check"):  # the check is run on request, never edited
+        # The check is run on request, never edited; an endpoint never moves to another consumer.
+        if name in ("signature_scheme", "check", "consumer"):
             continue
         if info.is_required():
             info = FieldInfo.merge_field_infos(info, default=None)  # given or not; never null when given
@@ -166,6 +184,33 @@ class EventTypeInput(Body):
 class TeamUpdate(Body):
     strict_event_types: Annotated[bool | None, Field(description="accept declared event types only"),
                                   Must("true or false")] = None
+
+
+class ConsumerInput(Body):
+    """PUT /consumers/{uid}: the fields given replace the stored ones; absent ones keep theirs (a new one: empty)."""
+    name: Annotated[str | None, Field(max_length=200, description="shown on the dashboard (default: the uid)"),
+                    Must("a string of at most 200 characters")] = None
+    metadata: Annotated[dict[str, Any] | None, Field(description=f"a JSON object of your own, at most "
+                                                                 f"{MAX_CONSUMER_METADATA_BYTES} bytes as compact JSON"),
+                        Must("a JSON object, or null")] = None
+    state: Annotated[Literal[ConsumerState.ALL] | None,
+                     Field(description="disabled: its deliveries are held, as for a paused subscription, until it is "
+                                       "active again"),
+                     Must(f"one of: {', '.join(ConsumerState.ALL)}")] = None
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "Acme Corp", "metadata": {"plan": "pro"}}]})
+
+
+class ConsumersQuery(BaseModel):
+    """A page of the team's consumers, by uid."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    prefix: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9._:-]{0,100}$", description="only uids starting with this"),
+                      Must("the start of a consumer uid: up to 100 letters, digits, '.', '_', ':' or '-'")] = None
+    limit: Annotated[int, Field(ge=1, le=100), Must("a whole number from 1 to 100")] = 50
+    after: Annotated[str | None, Field(pattern=CONSUMER_UID_PATTERN, description="the next_after of the previous page"),
+                     Must("a consumer uid (the next_after of the previous page)")] = None
 
 
 class DeliveriesQuery(BaseModel):
@@ -266,6 +311,7 @@ class Event(BaseModel):
     version: int
     timestamp: str
     data: dict[str, Any]
+    consumer: str | None = Field(description="the uid of the consumer it was addressed to; null: none")
     deliveries: list[DeliveryWithAttempts]
 
 
@@ -286,8 +332,29 @@ class Subscription(BaseModel):
     max_in_flight: int | None
     signing_secrets: list[SigningSecret] = Field(description="which secrets sign deliveries, and until when "
                                                              "(never their values)")
+    consumer: str | None = Field(description="the uid of the consumer whose endpoint this is; null: the team's own")
     created_at: str
     deleted_at: str | None = Field(description="set when deleted: nothing more is attempted")
+
+
+class Consumer(BaseModel):
+    uid: str
+    name: str
+    metadata: dict[str, Any] | None
+    state: Literal[ConsumerState.ALL]
+    subscriptions: int = Field(description="its endpoints (not deleted)")
+    created_at: str
+    updated_at: str
+    deleted_at: str | None = Field(description="set when deleted: out of routing; what was accepted is still delivered")
+
+
+class DeletedConsumer(Consumer):
+    released: int = Field(description="held deliveries now on their way: deleting holds back nothing accepted")
+
+
+class ConsumerList(BaseModel):
+    data: list[Consumer]
+    next_after: str | None
 
 
 class SigningSecret(BaseModel):
@@ -355,7 +422,11 @@ class QuotaUse(BaseModel):
 
 class Quotas(BaseModel):
     """What one team may take of Promesa (dashboard.ingest.quotas)."""
-    subscriptions: QuotaUse = Field(description="subscriptions per team; past it, creating one answers 409")
+    subscriptions: QuotaUse = Field(description="the team's own subscriptions (of no consumer); past it, creating "
+                                                "one answers 409")
+    consumers: QuotaUse = Field(description="consumers per team; past it, creating one answers 409")
+    subscriptions_per_consumer: QuotaUse = Field(description="subscriptions of one consumer; past it, creating one "
+                                                             "answers 409")
     events_per_second: QuotaUse = Field(description="events accepted per second, a batch counting as its "
                                                     "events; past it, 429 with Retry-After")
     queued_deliveries: QuotaUse = Field(description="owed deliveries (pending, scheduled, held, dead); past it, "

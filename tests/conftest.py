@@ -223,6 +223,11 @@ class Producer:
         assert resp.status_code == 201, resp.get_json()
         return resp.get_json()
 
+    def put_consumer(self, uid, **fields):
+        resp = self.client.put(f"/api/v1/consumers/{uid}", json=fields, headers=self.headers())
+        assert resp.status_code in (200, 201), resp.get_json()
+        return resp.get_json()
+
     def publish(self, event_type="file.updated", data=None, **kwargs):
         resp = self.post("/api/v1/events", {"type": event_type, "data": data or {"resource_id": "f_1"}}, **kwargs)
         assert resp.status_code == 202, resp.get_json()

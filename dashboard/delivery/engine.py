@@ -60,11 +60,13 @@ from dashboard.delivery.ratelimit import RateLimiter, at_turn
 from dashboard.models import (
     TEST_EVENT_TYPE,
     Attempt,
+    Consumer,
     Delivery,
     DeliveryState,
     Event,
     Subscription,
     SubscriptionState,
+    delivering_state,
     held_values,
     previous_signs,
 )
@@ -76,6 +78,7 @@ log = logging.getLogger(__name__)
 DELIVERIES = Delivery.__table__
 EVENTS = Event.__table__
 SUBSCRIPTIONS = Subscription.__table__
+CONSUMERS = Consumer.__table__
 ATTEMPTS = Attempt.__table__
 
 POP_BATCH = 200
@@ -163,18 +166,20 @@ def _claim(array: bool):
 
 # The claim unpacks rows by position: these follow Claimed's fields from event_id on.
 _SENDING_COLUMNS = (EVENTS.c.id.label("event_id"), EVENTS.c.type, EVENTS.c.created_at, EVENTS.c.body,
-                    SUBSCRIPTIONS.c.id.label("subscription_id"), SUBSCRIPTIONS.c.state, SUBSCRIPTIONS.c.url,
+                    SUBSCRIPTIONS.c.id.label("subscription_id"),
+                    delivering_state(SUBSCRIPTIONS, CONSUMERS).label("state"), SUBSCRIPTIONS.c.url,
                     SUBSCRIPTIONS.c.secret_ciphertext, SUBSCRIPTIONS.c.signature_scheme, SUBSCRIPTIONS.c.retry_policy,
                     SUBSCRIPTIONS.c.max_age_seconds, SUBSCRIPTIONS.c.connect_timeout, SUBSCRIPTIONS.c.attempt_timeout,
                     SUBSCRIPTIONS.c.previous_secret_ciphertext, SUBSCRIPTIONS.c.previous_secret_expires_at,
                     SUBSCRIPTIONS.c.rate_limit_per_s, SUBSCRIPTIONS.c.max_in_flight,
-                    cast(SUBSCRIPTIONS.c.team_id, String).label("team_id"))
+                    cast(SUBSCRIPTIONS.c.team_id, String).label("team_id"), CONSUMERS.c.uid.label("consumer_uid"))
 _CLAIM = _claim(array=False).returning(DELIVERIES.c.id)
 _LOAD = (
     select(DELIVERIES.c.id, DELIVERIES.c.attempt_count, DELIVERIES.c.retry_base, DELIVERIES.c.schedule_started_at,
            *_SENDING_COLUMNS)
     .select_from(DELIVERIES.join(EVENTS, DELIVERIES.c.event_key == EVENTS.c.key)
-                 .join(SUBSCRIPTIONS, DELIVERIES.c.subscription_id == SUBSCRIPTIONS.c.id))
+                 .join(SUBSCRIPTIONS, DELIVERIES.c.subscription_id == SUBSCRIPTIONS.c.id)
+                 .outerjoin(CONSUMERS, SUBSCRIPTIONS.c.consumer_id == CONSUMERS.c.id))
     .where(DELIVERIES.c.id.in_(bindparam("claimed", expanding=True)))  # by primary key: lease_token has no index
 )
 # PostgreSQL: claim and load in one round trip, the UPDATE in a CTE.
@@ -185,7 +190,8 @@ _CLAIM_AND_LOAD = (
     select(_claimed_cte.c.id, _claimed_cte.c.attempt_count, _claimed_cte.c.retry_base,
            _claimed_cte.c.schedule_started_at, *_SENDING_COLUMNS)
     .select_from(_claimed_cte.join(EVENTS, _claimed_cte.c.event_key == EVENTS.c.key)
-                 .join(SUBSCRIPTIONS, _claimed_cte.c.subscription_id == SUBSCRIPTIONS.c.id))
+                 .join(SUBSCRIPTIONS, _claimed_cte.c.subscription_id == SUBSCRIPTIONS.c.id)
+                 .outerjoin(CONSUMERS, SUBSCRIPTIONS.c.consumer_id == CONSUMERS.c.id))
 )
 
 
@@ -203,8 +209,10 @@ def _settle(array: bool):
 
 _SETTLE = {False: _settle(array=False), True: _settle(array=True)}  # by "is the database PostgreSQL"
 # A failed attempt's next try, unless the subscription was paused or disabled while it was in flight:
-# then the delivery is held (the subscription's state now, read in the same statement, not at claim time).
-_SUBSCRIPTION_ACTIVE = select(SUBSCRIPTIONS.c.state) \
+# then the delivery is held (the subscription's state now, and its consumer's, read in the same statement, not
+# at claim time).
+_SUBSCRIPTION_ACTIVE = select(delivering_state(SUBSCRIPTIONS, CONSUMERS)) \
+    .select_from(SUBSCRIPTIONS.outerjoin(CONSUMERS, SUBSCRIPTIONS.c.consumer_id == CONSUMERS.c.id)) \
     .where(SUBSCRIPTIONS.c.id == DELIVERIES.c.subscription_id).scalar_subquery() == SubscriptionState.ACTIVE
 _RESCHEDULE = (
     update(DELIVERIES)
@@ -241,6 +249,7 @@ class Claimed:
     rate_limit_per_s: float | None  # across all workers (delivery.ratelimit); None: no limit
     max_in_flight: int | None  # per worker; None: PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION
     team_id: str  # the tenant whose share of the in-flight slots it takes (see _Run.may_start)
+    consumer_uid: str | None  # the consumer it is for, sent as X-Promesa-Consumer (None: the team's own endpoint)
     turn: float | None = None  # unix time its rate limit lets it go, when it has one (delivery.ratelimit)
 
 
@@ -777,7 +786,8 @@ class DeliveryEngine:
             headers = http.delivery_headers(
                 event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
                 attempt_number=item.attempt_number, scheme=item.scheme,
-                secrets=self.signing_secrets(item, attempted_at), timestamp=timestamp, body=item.body)
+                secrets=self.signing_secrets(item, attempted_at), timestamp=timestamp, body=item.body,
+                consumer=item.consumer_uid)
         except Exception as exc:  # noqa: BLE001 - e.g. a secret that no longer decrypts: this attempt's error
             log.exception("preparing delivery %s failed", item.delivery_id)
             return asyncio.get_running_loop().create_task(http.failed(exc))

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 USER_AGENT = "Promesa-Webhooks/1"
 ERROR_LENGTH = 200  # attempts.error and deliveries.last_error hold this many characters
+# The uid of the consumer an addressed event is for (the published contract names it).
+CONSUMER_HEADER = "X-Promesa-Consumer"
 RESPONSE_HEADERS_BYTES = 4096  # attempts.response_headers keeps at most this much of the answer's headers
 
 
@@ -49,7 +51,8 @@ def retry_after_seconds(value: str | None, now_unix: float) -> float | None:
 
 
 def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attempt_number: int,
-                     scheme: str, secrets: list[str], timestamp: int, body: bytes) -> dict[str, str]:
+                     scheme: str, secrets: list[str], timestamp: int, body: bytes,
+                     consumer: str | None = None) -> dict[str, str]:
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
@@ -61,6 +64,8 @@ def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attemp
         # is decompressed, within the excerpt's size, see _excerpt).
         "Accept-Encoding": "identity",
     }
+    if consumer is not None:  # a header, not a field: the signed body stays the same thin event
+        headers[CONSUMER_HEADER] = consumer
     headers.update(signing.sign_headers(scheme, secrets, event_id, timestamp, body))
     return headers
 

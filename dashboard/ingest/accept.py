@@ -47,6 +47,8 @@ from dashboard.ingest import autocommit, catalog, quotas
 from dashboard.ingest.routing_cache import GENERATION, STILL_CURRENT, Lookup, ReadAgain
 from dashboard.models import (
     ApiToken,
+    Consumer,
+    ConsumerState,
     Delivery,
     DeliveryState,
     Event,
@@ -105,32 +107,31 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
 
 # Built once (ingest runs them on every request): what routing needs of each subscription, and the
 # event a repeated Idempotency-Key names.
-_ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions) \
+_ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions,
+                  Subscription.consumer_id) \
     .where(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None))
-# On PostgreSQL only (migration f2c6a8d1e4b7): a stored column the model does not map, so SQLite has none.
+# On PostgreSQL only (migrations f2c6a8d1e4b7, c5d9e3a7b1f4): a stored column the model does not map, so SQLite has none.
 _ROUTE_KEYS = literal_column("subscriptions.route_keys", ARRAY(Text))
 
 
 # For one event type: only the subscriptions that can want it, i.e. that name it exactly or have a pattern
 # (a '*', '?' or '[' inside a string of their JSON list); `wants` still decides. A team with a thousand
 # subscriptions, each for its own type, sent all of them to Python on every request.
-def _may_want_the_type(team_id, indexed: bool):
+def _may_want_the_type(team_id, indexed: bool, consumer_id=None):
     """On PostgreSQL (`indexed`), through ix_subscriptions_route_keys: a subscription's keys are "<team> <type>",
-    or "<team> *" for a pattern (migrations e8c4a1f7b2d9, f2c6a8d1e4b7), so only the subscriptions that may
-    want the type are read, not every one of the team's; the team is in the key. The keys are stored, computed
-    when a subscription is written. Elsewhere, LIKE on the team's JSON lists."""
+    or "<team> *" for a pattern, with ".<consumer>" after the team for a consumer's (migrations e8c4a1f7b2d9,
+    f2c6a8d1e4b7, c5d9e3a7b1f4), so only the subscriptions of the team (or of the consumer `consumer_id`) that
+    may want the type are read, not every one of the team's. The keys are stored, computed when a subscription
+    is written. Elsewhere, LIKE on the JSON lists of the team's (or the consumer's) subscriptions."""
     if indexed:
-        team = cast(team_id, Text) + " "
-        return and_(_ROUTE_KEYS.op("&&")(array([team + bindparam("name", type_=Text), team + "*"])),
+        owner = cast(team_id, Text) + ("" if consumer_id is None else "." + cast(consumer_id, Text)) + " "
+        return and_(_ROUTE_KEYS.op("&&")(array([owner + bindparam("name", type_=Text), owner + "*"])),
                     Subscription.deleted_at.is_(None))  # the index's own condition
-    return and_(Subscription.team_id == team_id, Subscription.deleted_at.is_(None), or_(
-        cast(Subscription.event_types, Text).like(bindparam("type_pattern"), escape="/"),
-        *(cast(Subscription.event_types, Text).like(pattern) for pattern in ('%*%', '%?%', '%"%[%'))))
-
-
-# (on PostgreSQL) -> the statement
-_ROUTING_ONE_TYPE = {indexed: select(*_ROUTING.selected_columns).where(
-    _may_want_the_type(bindparam("team_id"), indexed)) for indexed in (False, True)}
+    return and_(Subscription.team_id == team_id,
+                Subscription.consumer_id.is_(None) if consumer_id is None else Subscription.consumer_id == consumer_id,
+                Subscription.deleted_at.is_(None), or_(
+                    cast(Subscription.event_types, Text).like(bindparam("type_pattern"), escape="/"),
+                    *(cast(Subscription.event_types, Text).like(pattern) for pattern in ('%*%', '%?%', '%"%[%'))))
 
 
 def _indexed_routing() -> bool:
@@ -143,10 +144,13 @@ class BearerToken(NamedTuple):
 
 
 class Caller(NamedTuple):
-    """The producing team, as ingest needs it (and, read by token, when the token expires)."""
+    """The producing team, as ingest needs it (and, read by token, when the token expires), and the consumer an
+    addressed event names: its id (None: no live consumer has the uid) and whether it holds its deliveries."""
     id: int
     strict_event_types: bool
     token_expires_at: dt.datetime | None = None
+    consumer_id: int | None = None
+    consumer_holds: bool = False
 
 
 # Whose routing: a team, or the team a live token names (no row then means no such token).
@@ -160,27 +164,44 @@ _CALLER_BY_TOKEN = select(ApiToken.team_id.label("team_id"), Team.strict_event_t
     .where(ApiToken.token_sha256 == bindparam("digest"), ApiToken.revoked_at.is_(None)).subquery("caller")
 
 
-def _routed_and_declared(caller, exact: bool, indexed: bool):
+def _routed_and_declared(caller, exact: bool, indexed: bool, addressed: bool):
     """The caller, the routing of one type and its declaration in the catalog (`exact`: of the asked version,
     else the latest) as one statement: one row per subscription that may want the type, each carrying the
     caller and the declaration (or NULLs), or a single row when none may; no row when there is no caller.
-    Outer joins from the caller's one row, so that either side may be missing."""
+    Outer joins from the caller's one row, so that either side may be missing. `addressed`: the subscriptions
+    are those of the team's live consumer with the uid "consumer" (its id and state on every row: NULL when
+    there is none), else the team's own."""
     declared = EventType.__table__.alias("declared")
     version = bindparam("version") if exact else select(func.max(EventType.version)).where(
         EventType.team_id == caller.c.team_id, EventType.name == bindparam("name")).scalar_subquery()
+    joined = caller.outerjoin(declared, and_(declared.c.team_id == caller.c.team_id,
+                                             declared.c.name == bindparam("name"), declared.c.version == version))
+    addressee = []
+    if addressed:
+        consumer = Consumer.__table__.alias("addressee")
+        joined = joined.outerjoin(consumer, and_(consumer.c.team_id == caller.c.team_id,
+                                                 consumer.c.uid == bindparam("consumer"),
+                                                 consumer.c.deleted_at.is_(None)))
+        addressee = [consumer.c.id.label("addressee_id"), consumer.c.state.label("addressee_state")]
     return select(caller.c.team_id, caller.c.strict, caller.c.expires_at.label("token_expires_at"),
                   declared.c.id.label("declared_id"), declared.c.name.label("declared_name"),
                   declared.c.version.label("declared_version"), declared.c.schema.label("declared_schema"),
-                  *_ROUTING.selected_columns, *([GENERATION] if indexed else [])).select_from(
-        caller.outerjoin(declared, and_(declared.c.team_id == caller.c.team_id, declared.c.name == bindparam("name"),
-                                        declared.c.version == version))
-        .outerjoin(Subscription, _may_want_the_type(caller.c.team_id, indexed)))
+                  *addressee, *_ROUTING.selected_columns, *([GENERATION] if indexed else [])).select_from(
+        joined.outerjoin(Subscription, _may_want_the_type(caller.c.team_id, indexed,
+                                                          addressee[0] if addressed else None)))
 
 
-# (read by token, version asked, on PostgreSQL) -> the statement
-_ROUTED_AND_DECLARED = {(by_token, exact, indexed): _routed_and_declared(
-    _CALLER_BY_TOKEN if by_token else _CALLER_BY_TEAM, exact, indexed)
-    for by_token in (False, True) for exact in (False, True) for indexed in (False, True)}
+# (read by token, version asked, on PostgreSQL, addressed) -> the statement
+_ROUTED_AND_DECLARED = {(by_token, exact, indexed, addressed): _routed_and_declared(
+    _CALLER_BY_TOKEN if by_token else _CALLER_BY_TEAM, exact, indexed, addressed)
+    for by_token in (False, True) for exact in (False, True) for indexed in (False, True)
+    for addressed in (False, True)}
+# (on PostgreSQL) -> the team's own subscriptions that may want one type
+_ROUTING_ONE_TYPE = {indexed: select(*_ROUTING.selected_columns).where(
+    _may_want_the_type(bindparam("team_id"), indexed)) for indexed in (False, True)}
+_CONSUMERS_BY_UID = select(Consumer.uid, Consumer.id, Consumer.state).where(
+    Consumer.team_id == bindparam("team_id"), Consumer.uid.in_(bindparam("uids", expanding=True)),
+    Consumer.deleted_at.is_(None))
 
 
 class Declared(NamedTuple):
@@ -201,47 +222,71 @@ def _one_type_params(event_type: str, indexed: bool) -> dict:
     return {"name": event_type} if indexed else {"name": event_type, "type_pattern": _type_pattern(event_type)}
 
 
-def _routing(team_id: int, event_types: set[str]) -> list:
-    """What routing needs of each subscription that may want one of these event types."""
-    if len(event_types) == 1:
+def unknown_consumer(uid: str) -> ApiError:
+    return ApiError(422, f"consumer: your team has no consumer {uid!r} (create it with PUT /api/v1/consumers/{uid}); "
+                         "nothing was stored")
+
+
+def _consumers(team_id: int, uids: set[str]) -> dict[str, tuple[int, bool]]:
+    """uid -> (id, holds its deliveries) of the team's live consumers among `uids`."""
+    if not uids:
+        return {}
+    return {row.uid: (row.id, row.state == ConsumerState.DISABLED)
+            for row in autocommit.read(_CONSUMERS_BY_UID, {"team_id": team_id, "uids": sorted(uids)})}
+
+
+def _routing(team_id: int, event_types: set[str], consumer_ids: set[int | None]) -> list:
+    """What routing needs of each subscription that may want one of these event types: the team's own (when
+    None is among `consumer_ids`) and those of the consumers named, never another consumer's."""
+    addressed = sorted(c for c in consumer_ids if c is not None)
+    if not addressed and len(event_types) == 1:
         indexed = _indexed_routing()
         return autocommit.read(_ROUTING_ONE_TYPE[indexed],
                                 {"team_id": team_id} | _one_type_params(next(iter(event_types)), indexed))
-    return autocommit.read(_ROUTING, {"team_id": team_id})
+    owners = [Subscription.consumer_id.in_(addressed)] if addressed else []
+    if None in consumer_ids:
+        owners.append(Subscription.consumer_id.is_(None))
+    return autocommit.read(_ROUTING.where(or_(*owners)), {"team_id": team_id})
 
 
-def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None, lookup: Lookup
-                             ) -> tuple[list, Declared | None, Caller]:
-    """_routing for one event type, the declaration catalog.resolve would read for it (the asked version's,
-    or the latest) and the producing team, in one round trip instead of three: a request usually carries
-    one event, of one type. 401 when `producer` is a token that names no team (unknown or revoked).
-    On PostgreSQL the answer is kept, and a later request may take it from `lookup` (see routing_cache)."""
+def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None,
+                             consumer: str | None, lookup: Lookup) -> tuple[list, Declared | None, Caller]:
+    """_routing for one event type (and one consumer, or none), the declaration catalog.resolve would read for
+    it (the asked version's, or the latest) and the producing team, in one round trip instead of three: a
+    request usually carries one event, of one type. 401 when `producer` is a token that names no team (unknown
+    or revoked); 422 when `consumer` names none of its live consumers. On PostgreSQL the answer is kept, and a
+    later request may take it from `lookup` (see routing_cache)."""
     by_token, indexed = isinstance(producer, BearerToken), _indexed_routing()
-    key = (producer if by_token else producer.id, event_type, version)
+    key = (producer if by_token else producer.id, event_type, version, consumer)
     kept = lookup.kept(key)
     if kept is not None:
-        return _unexpired(kept)
+        return _unexpired(kept, consumer)
     params = _one_type_params(event_type, indexed) \
         | ({"digest": producer.digest} if by_token else {"team_id": producer.id}) \
-        | ({} if version is None else {"version": version})
+        | ({} if version is None else {"version": version}) | ({} if consumer is None else {"consumer": consumer})
     # Core, not the ORM session: this runs on every request, and returns plain rows anyway.
-    rows = autocommit.read(_ROUTED_AND_DECLARED[by_token, version is not None, indexed], params)
+    rows = autocommit.read(_ROUTED_AND_DECLARED[by_token, version is not None, indexed, consumer is not None], params)
     if not rows:
         raise invalid_token()
     first = rows[0]
     declared = None if first.declared_version is None else \
         Declared(first.declared_id, first.declared_name, first.declared_version, first.declared_schema)
-    answer = [row for row in rows if row.id is not None], declared, \
-        Caller(first.team_id, first.strict, first.token_expires_at)
+    caller = Caller(first.team_id, first.strict, first.token_expires_at) if consumer is None else \
+        Caller(first.team_id, first.strict, first.token_expires_at, first.addressee_id,
+               first.addressee_state == ConsumerState.DISABLED)
+    answer = [row for row in rows if row.id is not None], declared, caller
     lookup.keep(key, answer, first.routing_generation if indexed else None)
-    return _unexpired(answer)
+    return _unexpired(answer, consumer)
 
 
-def _unexpired(answer: tuple) -> tuple:
-    """401 for a token past its expiry (checked on every request: expiring moves no routing generation)."""
-    expires_at = answer[2].token_expires_at
-    if expires_at is not None and expires_at <= current_app.config["CLOCK"].now():
-        raise expired_token(expires_at)
+def _unexpired(answer: tuple, consumer: str | None) -> tuple:
+    """401 for a token past its expiry (checked on every request: expiring moves no routing generation);
+    422 for a uid that names no live consumer (a refusal kept is read again before it is given: ingest_many)."""
+    caller = answer[2]
+    if caller.token_expires_at is not None and caller.token_expires_at <= current_app.config["CLOCK"].now():
+        raise expired_token(caller.token_expires_at)
+    if consumer is not None and caller.consumer_id is None:
+        raise unknown_consumer(consumer)
     return answer
 
 
@@ -326,23 +371,33 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
     for index, event in enumerate(events_in):
         try:
             checked.append((event.type, event.data, event.id, event.version, validate_event(event, cap),
-                            parse_time(event.timestamp, "timestamp")))
+                            parse_time(event.timestamp, "timestamp"), event.consumer))
         except ApiError as exc:
             raise at(index, exc) from None
 
     now = current_app.config["CLOCK"].now()
     now_iso = iso(now)
     event_types = {c[0] for c in checked}
+    uids = {c[6] for c in checked}
     declarations: dict[tuple, Declared | None] = {}  # (type, asked version) -> read with the routing
+    # uid (None: unaddressed) -> (consumer id, holds its deliveries)
+    addressees: dict[str | None, tuple[int | None, bool]] = {None: (None, False)}
     if only is not None:
         subscriptions = []
-    elif len(event_types) == 1 and len(asked := {c[3] for c in checked}) == 1:
+    elif len(event_types) == 1 and len(asked := {c[3] for c in checked}) == 1 and len(uids) == 1:
         key = (next(iter(event_types)), next(iter(asked)))
-        subscriptions, declarations[key], team = _routing_and_declaration(team, *key, lookup)
+        uid = next(iter(uids))
+        subscriptions, declarations[key], team = _routing_and_declaration(team, *key, uid, lookup)
+        addressees[uid] = team.consumer_id, team.consumer_holds
     else:
-        subscriptions = _routing(team.id, event_types)
+        found = _consumers(team.id, uids - {None})
+        for index, c in enumerate(checked):
+            if c[6] is not None and c[6] not in found:
+                raise at(index, unknown_consumer(c[6]))
+        addressees.update(found)
+        subscriptions = _routing(team.id, event_types, {addressees[uid][0] for uid in uids})
     stored = _stored_events(team, [c[2] for c in checked if c[2]])
-    # (type, asked version) -> (version, declaration, [(subscription id, active)] that want it): once per batch
+    # (type, asked version, uid) -> (version, declaration, [(subscription id, active)] that want it): once per batch
     plans: dict[tuple, tuple] = {}
     results: list[Accepted | None] = []
     seen: dict[str, int] = {}  # an id repeated inside the batch is a duplicate of its first appearance
@@ -350,7 +405,7 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
     fresh_keys = iter(new_ids("evt", len(checked)))
     budget = catalog.Budget()  # what validating this request's events may cost, together
     events, promised = [], []  # promised: (event key, subscription id, active), one per delivery
-    for index, (event_type, data, event_id, version, data_json, occurred_at) in enumerate(checked):
+    for index, (event_type, data, event_id, version, data_json, occurred_at, uid) in enumerate(checked):
         if event_id in seen:
             results.append(None)
             continue
@@ -358,17 +413,19 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
         if existing is not None:
             results.append(Accepted(existing.id, len(existing.deliveries), True))
             continue
-        plan = plans.get((event_type, version))
+        consumer_id, holds = addressees[uid]
+        plan = plans.get((event_type, version, uid))
         if plan is None and only is not None:
-            plan = plans[(event_type, version)] = (version or 1, None, [only])
+            plan = plans[(event_type, version, uid)] = (version or 1, None, [only])
         if plan is None:
             if (event_type, version) in declarations:
                 published, declared = catalog.published(team, event_type, version, declarations[(event_type, version)])
             else:
                 published, declared = catalog.resolve(team, event_type, version)
-            targets = [(sub.id, sub.state == SubscriptionState.ACTIVE) for sub in subscriptions
-                       if wants(sub, event_type, published)]
-            plan = plans[(event_type, version)] = (published, declared, targets)
+            # A consumer's event reaches its subscriptions alone; an unaddressed one the team's own.
+            targets = [(sub.id, sub.state == SubscriptionState.ACTIVE and not holds) for sub in subscriptions
+                       if sub.consumer_id == consumer_id and wants(sub, event_type, published)]
+            plan = plans[(event_type, version, uid)] = (published, declared, targets)
         version, declared, targets = plan
         if declared is not None:
             try:
@@ -379,7 +436,7 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
         event_id = event_id or key
         seen[event_id] = index
         events.append({"key": key, "id": event_id, "type": event_type, "version": version, "data": data,
-                       "resource_id": resource_id_of(data),
+                       "resource_id": resource_id_of(data), "consumer_id": consumer_id,
                        "body": thin_body(event_id, event_type, version,
                                          now_iso if occurred_at is None else iso(occurred_at), data_json),
                        "occurred_at": occurred_at or now})

@@ -2,7 +2,9 @@
 
 | quota                   | default   | enforced                                                                  |
 |-------------------------|-----------|---------------------------------------------------------------------------|
-| `subscriptions`         | 100       | creating one past it answers 409                                          |
+| `subscriptions`         | 100       | creating one past it answers 409 (the team's own: consumers' count apart) |
+| `consumers`             | 100,000   | creating one past it answers 409                                          |
+| `subscriptions_per_consumer` | 10   | creating a consumer's subscription past it answers 409                    |
 | `events_per_second`     | 100,000   | ingest: a token bucket per team in Redis, shared by every web process;    |
 |                         |           | a batch takes as many tokens as it has events; past it 429 + Retry-After  |
 | `queued_deliveries`     | 100,000   | ingest: owed deliveries (pending, scheduled, held, dead) past it → 429;   |
@@ -42,7 +44,16 @@ from sqlalchemy import Text, cast, func, select, update
 from dashboard import audit
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
-from dashboard.models import AuditEntry, Delivery, DeliveryState, EventType, Subscription, Team, TeamQuota
+from dashboard.models import (
+    AuditEntry,
+    Consumer,
+    Delivery,
+    DeliveryState,
+    EventType,
+    Subscription,
+    Team,
+    TeamQuota,
+)
 from dashboard.queue.work import client_options, connect
 
 log = logging.getLogger(__name__)
@@ -58,7 +69,9 @@ class Quota:
 
 
 QUOTAS = {q.name: q for q in (
-    Quota("subscriptions", 100, 0, 1_000_000, "subscriptions per team"),
+    Quota("subscriptions", 100, 0, 1_000_000, "subscriptions per team (of no consumer: consumers' count apart)"),
+    Quota("consumers", 100_000, 0, 10_000_000, "consumers per team"),
+    Quota("subscriptions_per_consumer", 10, 0, 1_000, "subscriptions per consumer"),
     Quota("events_per_second", 100_000, 1, 10_000_000, "events per second accepted at ingest (a batch counts "
                                                           "as its number of events)"),
     Quota("queued_deliveries", 100_000, 0, 1_000_000_000, "deliveries owed (pending, scheduled, held or dead) "
@@ -106,9 +119,16 @@ def limit(team_id: int, name: str) -> int:
     return QUOTAS[name].default if value is None else value
 
 
-def subscriptions_used(team_id: int) -> int:
+def subscriptions_used(team_id: int, consumer_id: int | None = None) -> int:
+    """The team's own live subscriptions, or one consumer's."""
     return db.session.scalar(select(func.count()).select_from(Subscription).where(
-        Subscription.team_id == team_id, Subscription.deleted_at.is_(None))) or 0
+        Subscription.team_id == team_id, Subscription.consumer_id.is_(None) if consumer_id is None
+        else Subscription.consumer_id == consumer_id, Subscription.deleted_at.is_(None))) or 0
+
+
+def consumers_used(team_id: int) -> int:
+    return db.session.scalar(select(func.count()).select_from(Consumer).where(
+        Consumer.team_id == team_id, Consumer.deleted_at.is_(None))) or 0
 
 
 _OWED_BY_TEAM = select(Subscription.team_id, func.count()).select_from(Delivery) \
@@ -127,7 +147,8 @@ def describe(team: Team, owed: dict[int, int] | None = None) -> dict:
     `owed`: owed_by_team() already counted for many teams (an index-only count: about 0.3 µs per owed row)."""
     own = overrides(team.id)
     owed = owed_by_team(team.id) if owed is None else owed
-    used = {"subscriptions": subscriptions_used(team.id), "queued_deliveries": owed.get(team.id, 0)}
+    used = {"subscriptions": subscriptions_used(team.id), "queued_deliveries": owed.get(team.id, 0),
+            "consumers": consumers_used(team.id)}
     used |= catalog_used(team.id)
     return {name: {"limit": own.get(name, q.default), "default": q.default, "overridden": name in own,
                    "used": used.get(name), "description": q.words} for name, q in QUOTAS.items()}
@@ -169,13 +190,32 @@ def _hold(model, row_id) -> None:
                            .execution_options(synchronize_session=False))
 
 
-def check_subscription_room(team: Team) -> None:
-    """Holds the team's row until the caller commits: concurrent creations count one after another."""
+def check_subscription_room(team: Team, consumer: Consumer | None = None) -> None:
+    """Holds the team's row (or the consumer's) until the caller commits: concurrent creations count one after
+    another. A consumer's subscriptions count against its own quota, not the team's."""
+    if consumer is not None:
+        _hold(Consumer, consumer.id)
+        allowed = limit(team.id, "subscriptions_per_consumer")
+        if subscriptions_used(team.id, consumer.id) >= allowed:
+            raise QuotaExceeded("subscriptions_per_consumer", allowed, None,
+                                f"consumer {consumer.uid} has its {allowed} subscriptions (the "
+                                "subscriptions_per_consumer quota); delete one, or ask an admin to raise it",
+                                status=409)
+        return
     _hold(Team, team.id)
     allowed = limit(team.id, "subscriptions")
     if subscriptions_used(team.id) >= allowed:
         raise QuotaExceeded("subscriptions", allowed, None, f"team {team.name} has its {allowed} subscriptions (the "
                             "subscriptions quota); delete one, or ask an admin to raise it", status=409)
+
+
+def check_consumer_room(team: Team) -> None:
+    """Holds the team's row until the caller commits: concurrent creations count one after another."""
+    _hold(Team, team.id)
+    allowed = limit(team.id, "consumers")
+    if consumers_used(team.id) >= allowed:
+        raise QuotaExceeded("consumers", allowed, None, f"team {team.name} has its {allowed} consumers (the "
+                            "consumers quota); delete one, or ask an admin to raise it", status=409)
 
 
 def check_test_event(sub: Subscription) -> None:

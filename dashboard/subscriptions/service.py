@@ -8,6 +8,7 @@ from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.orm import selectinload
 
 from dashboard import audit
+from dashboard.consumers import service as consumers
 from dashboard.core import crypto, paging
 from dashboard.core.extensions import db
 from dashboard.core.ids import new_ids
@@ -17,12 +18,14 @@ from dashboard.ingest import quotas
 from dashboard.ingest.accept import ingest_many
 from dashboard.models import (
     TEST_EVENT_TYPE,
+    Consumer,
     Delivery,
     DeliveryState,
     Event,
     Subscription,
     SubscriptionState,
     Team,
+    delivering_state,
     held_values,
 )
 from dashboard.queue.handoff import enqueue
@@ -38,9 +41,10 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
     problem = url_problem(body.url, current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
     if problem:
         raise ApiError(422, problem)
-    quotas.check_subscription_room(team)
+    consumer = consumers.addressed(team.id, body.consumer)
+    quotas.check_subscription_room(team, consumer)
     secret = signing.new_secret()
-    sub = Subscription(team_id=team.id, url=body.url, event_types=list(body.event_types),
+    sub = Subscription(team_id=team.id, consumer_id=consumer.id if consumer else None, url=body.url, event_types=list(body.event_types),
                        event_versions=dict(body.event_versions), retry_policy=body.retry_policy,
                        signature_scheme=body.signature_scheme, description=body.description,
                        connect_timeout=body.connect_timeout, attempt_timeout=body.attempt_timeout,
@@ -49,7 +53,8 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        state=SubscriptionState.ACTIVE)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
-    audit.record("subscription.created", subscription=sub, detail={"url": sub.url})
+    audit.record("subscription.created", subscription=sub,
+                 detail={"url": sub.url} | ({"consumer": consumer.uid} if consumer else {}))
     db.session.commit()
     return sub, secret
 
@@ -217,11 +222,13 @@ RESENDABLE = (DeliveryState.DEAD, DeliveryState.SUCCEEDED)
 def restart(*where, replay_id: str | None = None) -> list[tuple[str, str, str]]:
     """The mechanics of every replay: send the deliveries matching `where` again with a fresh retry
     schedule (the event id and body stay the same). Each becomes pending, or held while its
-    subscription is paused or disabled. `replay_id` names the bulk replay doing it (None: a direct one).
+    subscription (or its consumer) is paused or disabled. `replay_id` names the bulk replay doing it (None: a direct one).
     Returns (subscription id, delivery id, new state) of each; the caller commits, then `enqueue_restarted`."""
     now = current_app.config["CLOCK"].now()
-    subscription_state = select(Subscription.state).where(Subscription.id == Delivery.subscription_id) \
-        .scalar_subquery()
+    subscriptions, consumers = Subscription.__table__, Consumer.__table__
+    subscription_state = select(delivering_state(subscriptions, consumers)) \
+        .select_from(subscriptions.outerjoin(consumers, subscriptions.c.consumer_id == consumers.c.id)) \
+        .where(subscriptions.c.id == Delivery.subscription_id).scalar_subquery()
     target = case((subscription_state == SubscriptionState.ACTIVE, DeliveryState.PENDING), else_=DeliveryState.HELD)
     # A deleted subscription's dead letters stay as they are: nothing more is sent to it, even by a bulk replay.
     not_deleted_subscription = select(Subscription.deleted_at).where(Subscription.id == Delivery.subscription_id) \

@@ -128,11 +128,18 @@ def test_on_postgresql_routing_finds_its_subscriptions_by_the_route_keys_index(a
 
     for n in range(30):
         producer.subscribe(receiver.url + "/ok", event_types=[f"type.{n}"])
+    # ... nor with its consumers' subscriptions: an addressed read finds the consumer's alone, by the same index.
+    for n in range(3):
+        producer.put_consumer(f"c-{n}")
+        for t in range(10):
+            producer.subscribe(receiver.url + "/ok", event_types=[f"type.{t}"], consumer=f"c-{n}")
     connection = db.session.connection()
     connection.exec_driver_sql("ANALYZE subscriptions")
     connection.exec_driver_sql("SET LOCAL enable_seqscan = off")  # a table this small would be read whole
-    for statement, params in ((ingest._ROUTING_ONE_TYPE[True], {"team_id": producer.team.id}),
-                              (ingest._ROUTED_AND_DECLARED[False, False, True], {"team_id": producer.team.id})):
+    team = {"team_id": producer.team.id}
+    for statement, params in ((ingest._ROUTING_ONE_TYPE[True], team),
+                              (ingest._ROUTED_AND_DECLARED[False, False, True, False], team),
+                              (ingest._ROUTED_AND_DECLARED[False, False, True, True], team | {"consumer": "c-1"})):
         compiled = statement.compile(dialect=postgresql.dialect())
         values = compiled.params | params | {"name": "type.7"}
         plan = "\n".join(connection.exec_driver_sql("EXPLAIN (ANALYZE, COSTS OFF) " + compiled.string, values).scalars())

@@ -206,7 +206,8 @@ def test_the_team_sees_every_quota_in_the_api_and_the_openapi_document(app, prod
     producer.publish()
     shown = producer.get("/api/v1/team").get_json()["quotas"]
     assert set(shown) == {"subscriptions", "events_per_second", "queued_deliveries", "test_event_seconds",
-                          "event_types", "event_type_versions", "catalog_bytes", "declarations_per_minute"}
+                          "event_types", "event_type_versions", "catalog_bytes", "declarations_per_minute",
+                          "consumers", "subscriptions_per_consumer"}
     assert shown["subscriptions"] | {"description": None} == {"limit": 7, "default": 100, "overridden": True,
                                                                "used": 1, "description": None}
     assert (shown["events_per_second"]["limit"], shown["events_per_second"]["overridden"]) == (100_000, False)

@@ -9,6 +9,7 @@ from dashboard.core.links import absolute
 from dashboard.models import (
     Attempt,
     Check,
+    Consumer,
     Delivery,
     DeliveryState,
     Event,
@@ -37,7 +38,13 @@ def subscription(sub: Subscription) -> dict:
             "attempt_timeout": sub.attempt_timeout, "max_age_seconds": sub.max_age_seconds,
             "rate_limit_per_s": sub.rate_limit_per_s, "max_in_flight": sub.max_in_flight,
             "signing_secrets": signing_secrets(sub, current_app.config["CLOCK"].now()),
+            "consumer": sub.consumer.uid if sub.consumer_id is not None else None,
             "created_at": iso(sub.created_at), "deleted_at": iso(sub.deleted_at)}
+
+
+def consumer(c: Consumer, subscriptions: int) -> dict:
+    return {"uid": c.uid, "name": c.name, "metadata": c.meta, "state": c.state, "subscriptions": subscriptions,
+            "created_at": iso(c.created_at), "updated_at": iso(c.updated_at), "deleted_at": iso(c.deleted_at)}
 
 
 def event_type(declared: EventType) -> dict:
@@ -79,6 +86,7 @@ def delivery(d: Delivery, event_id: str, with_attempts=False) -> dict:
 def event(e: Event) -> dict:
     """An event with its deliveries and their attempts."""
     return {"id": e.id, "type": e.type, "version": e.version, "timestamp": iso(e.occurred_at), "data": e.data,
+            "consumer": e.consumer.uid if e.consumer_id is not None else None,
             "deliveries": [delivery(d, e.id, with_attempts=True) for d in e.deliveries]}
 
 

@@ -1,0 +1,61 @@
+"""The consumers API: the parties a team addresses its events to (its customers), by the uid the team chose."""
+
+from __future__ import annotations
+
+import re
+
+from flask import g, jsonify
+
+from dashboard import schemas
+from dashboard.consumers import service as consumer_service
+from dashboard.core.validation import ApiError
+from dashboard.models import CONSUMER_UID_PATTERN
+from dashboard.web.api import bp, shapes
+from dashboard.web.api.operations import operation
+
+_UID = re.compile(CONSUMER_UID_PATTERN)
+
+
+def _uid(uid: str) -> str:
+    if not _UID.fullmatch(uid):
+        raise ApiError(422, f"uid must be {schemas.CONSUMER_UID_WORDS[2:]}")
+    return uid
+
+
+def _shape(consumer) -> dict:
+    return shapes.consumer(consumer, consumer_service.subscription_counts([consumer.id]).get(consumer.id, 0))
+
+
+@bp.put("/consumers/<uid>")
+@operation("Create a consumer, or update it (idempotent): 201 when created, 200 after. Its uid is yours (your "
+           "customer's id); an event with \"consumer\": uid reaches only its subscriptions. \"state\": \"disabled\" "
+           "holds its deliveries", body=schemas.ConsumerInput, body_required=False,
+           responses={200: schemas.Consumer, 201: schemas.Consumer}, errors=(409, 413, 422))
+def put_consumer(uid, body: schemas.ConsumerInput):
+    consumer, created = consumer_service.upsert(g.team, _uid(uid), body)
+    return jsonify(_shape(consumer)), 201 if created else 200
+
+
+@bp.get("/consumers/<uid>")
+@operation("One consumer", responses={200: schemas.Consumer})
+def get_consumer(uid):
+    return jsonify(_shape(consumer_service.team_consumer(g.team, _uid(uid))))
+
+
+@bp.get("/consumers")
+@operation("The team's consumers, a page at a time, by uid; prefix: only uids starting with it",
+           query=schemas.ConsumersQuery, responses={200: schemas.ConsumerList})
+def list_consumers(query: schemas.ConsumersQuery):
+    page, next_after = consumer_service.page(g.team, query.prefix, query.limit, query.after)
+    counts = consumer_service.subscription_counts([c.id for c in page])
+    return jsonify(data=[shapes.consumer(c, counts.get(c.id, 0)) for c in page], next_after=next_after)
+
+
+@bp.delete("/consumers/<uid>")
+@operation("Delete (soft): out of routing, its subscriptions deleted with it; what was accepted for it is still "
+           "delivered (held deliveries are released). Its uid may then name a new consumer",
+           responses={200: schemas.DeletedConsumer})
+def delete_consumer(uid):
+    consumer = consumer_service.team_consumer(g.team, _uid(uid))
+    released = consumer_service.delete(consumer)
+    return jsonify(shapes.consumer(consumer, 0) | {"released": released})
