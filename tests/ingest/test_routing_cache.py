@@ -179,3 +179,45 @@ def test_nothing_is_kept_outside_ingest_own_path(app, producer, receiver, databa
             assert len(autocommit.routing_cache()) == 0
     else:
         assert "promesa.routing_cache" not in app.extensions
+
+
+def fresh_addressed(producer, uid: str):
+    db.session.remove()
+    resp = producer.post("/api/v1/events", {"type": "file.updated", "consumer": uid, "data": {"resource_id": "f_1"}})
+    return resp.status_code, resp.get_json()
+
+
+def test_an_addressed_request_is_kept_per_consumer(app, producer, receiver, elsewhere, statements):
+    for uid in ("cus_a", "cus_b"):
+        producer.put_consumer(uid)
+        producer.subscribe(receiver.url + "/ok/" + uid, consumer=uid)
+    fresh_addressed(producer, "cus_a")
+    statements.clear()
+    status, accepted = fresh_addressed(producer, "cus_a")
+    assert status == 202 and [verb for verb, _ in statements] == ["WITH"], statements
+    assert [d.subscription.url for d in deliveries_of(accepted["id"])] == [receiver.url + "/ok/cus_a"]
+    statements.clear()
+    status, accepted = fresh_addressed(producer, "cus_b")  # another consumer: its own read
+    assert [verb for verb, _ in statements] == ["SELECT", "WITH"], statements
+    assert [d.subscription.url for d in deliveries_of(accepted["id"])] == [receiver.url + "/ok/cus_b"]
+
+
+def test_a_consumer_disabled_elsewhere_holds_the_very_next_event(app, producer, receiver, elsewhere):
+    producer.put_consumer("cus_a")
+    producer.subscribe(receiver.url + "/ok", consumer="cus_a")
+    fresh_addressed(producer, "cus_a")
+    before = generation(elsewhere)
+    elsewhere("UPDATE consumers SET state = 'disabled' WHERE uid = 'cus_a'")
+    assert generation(elsewhere) != before
+    status, accepted = fresh_addressed(producer, "cus_a")
+    assert status == 202 and [d.state for d in deliveries_of(accepted["id"])] == ["held"]
+
+
+def test_a_uid_refused_once_is_read_again_once_the_consumer_exists(app, producer, receiver, elsewhere):
+    producer.subscribe(receiver.url + "/ok")
+    status, _ = fresh_addressed(producer, "cus_late")
+    assert status == 422
+    producer.put_consumer("cus_late")
+    producer.subscribe(receiver.url + "/ok/late", consumer="cus_late")
+    status, accepted = fresh_addressed(producer, "cus_late")
+    assert status == 202 and accepted["deliveries"] == 1
