@@ -57,6 +57,7 @@ from dashboard.models import (
     Attempt,
     AuditEntry,
     Check,
+    Consumer,
     Delivery,
     DeliveryState,
     Event,
@@ -203,9 +204,11 @@ def raw_baseline(jobs: list[tuple[str, str, str]], processes: int, in_flight: in
 
 # -- the publisher ----------------------------------------------------------------------------
 async def _publish(url: str, token: str, count: int, concurrency: int, rate: float | None,
-                   batch: int = 1, types: int = 0) -> tuple[dict[str, float], int, float, float]:
+                   batch: int = 1, types: int = 0, consumers: list[str] | None = None,
+                   ) -> tuple[dict[str, float], int, float, float]:
     """POST `count` events, one per request or `batch` per request to /events/batch (`types`: spread over
-    that many event types, bench.s0 ...); returns ({event id: publish time}, errors, first publish, last answer)."""
+    that many event types, bench.s0 ...; `consumers`: event i addressed to consumers[i % len], in turn);
+    returns ({event id: publish time}, errors, first publish, last answer)."""
     import aiohttp
 
     sent: dict[str, float] = {}
@@ -218,7 +221,8 @@ async def _publish(url: str, token: str, count: int, concurrency: int, rate: flo
 
         def event(i: int) -> dict:
             return {"type": f"bench.s{i % types}" if types else "bench.ping",
-                    "data": {"resource_id": f"r_{i}", "resource_version": 1}}
+                    "data": {"resource_id": f"r_{i}", "resource_version": 1}} \
+                | ({"consumer": consumers[i % len(consumers)]} if consumers else {})
 
         async def one(first: int):
             nonlocal errors
@@ -632,6 +636,7 @@ class Run:
             db.session.execute(delete(Delivery).where(Delivery.subscription_id.in_(subs)))
             db.session.execute(delete(Event).where(Event.team_id == team_id))
             db.session.execute(delete(Subscription).where(Subscription.team_id == team_id))
+            db.session.execute(delete(Consumer).where(Consumer.team_id == team_id))
             db.session.execute(delete(ApiTokenUse).where(
                 ApiTokenUse.token_id.in_(select(ApiToken.id).where(ApiToken.team_id == team_id))))
             db.session.execute(delete(Check).where(Check.subscription_id.in_(subs)))

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    any_,
     bindparam,
     cast,
     func,
@@ -199,9 +200,26 @@ _ROUTED_AND_DECLARED = {(by_token, exact, indexed, addressed): _routed_and_decla
 # (on PostgreSQL) -> the team's own subscriptions that may want one type
 _ROUTING_ONE_TYPE = {indexed: select(*_ROUTING.selected_columns).where(
     _may_want_the_type(bindparam("team_id"), indexed)) for indexed in (False, True)}
-_CONSUMERS_BY_UID = select(Consumer.uid, Consumer.id, Consumer.state).where(
-    Consumer.team_id == bindparam("team_id"), Consumer.uid.in_(bindparam("uids", expanding=True)),
-    Consumer.deleted_at.is_(None))
+
+
+def _among(column, name: str, array: bool):
+    """`column` is one of the list parameter `name`: on PostgreSQL one array parameter (ingest's own connection
+    sends statements compiled once, and expanding parameters are compiled per execution), else IN (...)."""
+    if array:
+        return column == any_(bindparam(name, type_=ARRAY(column.type)))
+    return column.in_(bindparam(name, expanding=True))
+
+
+# (on PostgreSQL) -> the team's live consumers among some uids, each with its live subscriptions (one row per
+# subscription, or a single row of NULLs for a consumer with none)
+_CONSUMERS_ROUTING = {array: select(Consumer.uid.label("addressee_uid"), Consumer.id.label("addressee_id"),
+                                    Consumer.state.label("addressee_state"), *_ROUTING.selected_columns)
+                      .select_from(Consumer.__table__.outerjoin(Subscription.__table__, and_(
+                          Subscription.consumer_id == Consumer.id, Subscription.deleted_at.is_(None))))
+                      .where(Consumer.team_id == bindparam("team_id"), _among(Consumer.uid, "uids", array),
+                             Consumer.deleted_at.is_(None))
+                      for array in (False, True)}
+_TEAMS_OWN_ROUTING = _ROUTING.where(Subscription.consumer_id.is_(None))
 
 
 class Declared(NamedTuple):
@@ -227,26 +245,25 @@ def unknown_consumer(uid: str) -> ApiError:
                          "nothing was stored")
 
 
-def _consumers(team_id: int, uids: set[str]) -> dict[str, tuple[int, bool]]:
-    """uid -> (id, holds its deliveries) of the team's live consumers among `uids`."""
-    if not uids:
-        return {}
-    return {row.uid: (row.id, row.state == ConsumerState.DISABLED)
-            for row in autocommit.read(_CONSUMERS_BY_UID, {"team_id": team_id, "uids": sorted(uids)})}
-
-
-def _routing(team_id: int, event_types: set[str], consumer_ids: set[int | None]) -> list:
+def _routing(team_id: int, event_types: set[str], uids: set[str | None]) -> tuple[list, dict]:
     """What routing needs of each subscription that may want one of these event types: the team's own (when
-    None is among `consumer_ids`) and those of the consumers named, never another consumer's."""
-    addressed = sorted(c for c in consumer_ids if c is not None)
-    if not addressed and len(event_types) == 1:
-        indexed = _indexed_routing()
-        return autocommit.read(_ROUTING_ONE_TYPE[indexed],
-                                {"team_id": team_id} | _one_type_params(next(iter(event_types)), indexed))
-    owners = [Subscription.consumer_id.in_(addressed)] if addressed else []
-    if None in consumer_ids:
-        owners.append(Subscription.consumer_id.is_(None))
-    return autocommit.read(_ROUTING.where(or_(*owners)), {"team_id": team_id})
+    None is among `uids`) and those of the consumers named, never another consumer's; and uid -> (id, holds its
+    deliveries) of the team's live consumers among `uids`. One read per kind of owner."""
+    rows, consumers = [], {}
+    if None in uids:
+        if len(event_types) == 1:
+            indexed = _indexed_routing()
+            rows = autocommit.read(_ROUTING_ONE_TYPE[indexed],
+                                   {"team_id": team_id} | _one_type_params(next(iter(event_types)), indexed))
+        else:
+            rows = autocommit.read(_TEAMS_OWN_ROUTING, {"team_id": team_id})
+    if uids - {None}:
+        addressed = autocommit.read(_CONSUMERS_ROUTING[_indexed_routing()],
+                                    {"team_id": team_id, "uids": sorted(uids - {None})})
+        consumers = {row.addressee_uid: (row.addressee_id, row.addressee_state == ConsumerState.DISABLED)
+                     for row in addressed}
+        rows = [*rows, *(row for row in addressed if row.id is not None)]
+    return rows, consumers
 
 
 def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None,
@@ -390,15 +407,18 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
         subscriptions, declarations[key], team = _routing_and_declaration(team, *key, uid, lookup)
         addressees[uid] = team.consumer_id, team.consumer_holds
     else:
-        found = _consumers(team.id, uids - {None})
+        subscriptions, found = _routing(team.id, event_types, uids)
         for index, c in enumerate(checked):
             if c[6] is not None and c[6] not in found:
                 raise at(index, unknown_consumer(c[6]))
         addressees.update(found)
-        subscriptions = _routing(team.id, event_types, {addressees[uid][0] for uid in uids})
+    owned: dict[int | None, list] = {}  # consumer id (None: the team's own) -> its subscriptions
+    for sub in subscriptions:
+        owned.setdefault(sub.consumer_id, []).append(sub)
     stored = _stored_events(team, [c[2] for c in checked if c[2]])
     # (type, asked version, uid) -> (version, declaration, [(subscription id, active)] that want it): once per batch
     plans: dict[tuple, tuple] = {}
+    resolutions: dict[tuple, tuple] = {}  # (type, asked version) -> (published version, declaration)
     results: list[Accepted | None] = []
     seen: dict[str, int] = {}  # an id repeated inside the batch is a duplicate of its first appearance
     # Every new event gets a key (unique across teams); one the producer did not name takes it as its id too.
@@ -418,13 +438,17 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
         if plan is None and only is not None:
             plan = plans[(event_type, version, uid)] = (version or 1, None, [only])
         if plan is None:
-            if (event_type, version) in declarations:
-                published, declared = catalog.published(team, event_type, version, declarations[(event_type, version)])
-            else:
-                published, declared = catalog.resolve(team, event_type, version)
+            resolved = resolutions.get((event_type, version))
+            if resolved is None:  # once per type and version, whatever the number of consumers addressed
+                if (event_type, version) in declarations:
+                    resolved = catalog.published(team, event_type, version, declarations[(event_type, version)])
+                else:
+                    resolved = catalog.resolve(team, event_type, version)
+                resolutions[(event_type, version)] = resolved
+            published, declared = resolved
             # A consumer's event reaches its subscriptions alone; an unaddressed one the team's own.
-            targets = [(sub.id, sub.state == SubscriptionState.ACTIVE and not holds) for sub in subscriptions
-                       if sub.consumer_id == consumer_id and wants(sub, event_type, published)]
+            targets = [(sub.id, sub.state == SubscriptionState.ACTIVE and not holds)
+                       for sub in owned.get(consumer_id, ()) if wants(sub, event_type, published)]
             plan = plans[(event_type, version, uid)] = (published, declared, targets)
         version, declared, targets = plan
         if declared is not None:

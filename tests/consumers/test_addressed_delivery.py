@@ -66,6 +66,7 @@ def test_two_consumers_with_the_same_types_each_receive_only_their_own_events(ap
 
 def test_a_batch_addresses_each_event_to_its_own_consumer(app, producer, receiver, clock):
     two_customers(producer, receiver)
+    db.session.remove()  # as under gunicorn: on PostgreSQL ingest then reads and writes on its own connection
     resp = producer.post("/api/v1/events/batch", {"events": [
         {"type": "invoice.paid", "consumer": "cus_alice", "id": "a1", "data": {"resource_id": "in_1"}},
         {"type": "invoice.paid", "consumer": "cus_bob", "id": "b1", "data": {"resource_id": "in_2"}},
