@@ -131,20 +131,26 @@ def consumers_command(n: int, events: int, batch: int, rounds: int, workers: int
         run.start_workers()
         checked = check_received(run, total, timeout)
     medians = {kind: statistics.median(values) for kind, values in rates.items()}
+    # Each round's addressed phase over its unaddressed neighbour (they ran back to back), then the median of those:
+    # a machine whose speed drifts between rounds moves both sides of a pair alike.
+    pairs = {way: [round(a / u, 3) for a, u in zip(rates[f"{way} addressed"], rates[f"{way} unaddressed"]) if u]
+             for way in ("single", "batch")}
     out = {
         "started_at": started.isoformat(timespec="seconds"), "database": run.database, "redis": run.redis_kind,
         "consumers": n, "events_per_phase": events, "rounds": rounds, "batch": batch, "publishers": publishers,
         "web_workers": web_workers, "workers": workers, "publish_errors": errors, "rates": rates,
         "medians": medians,
-        "single_ratio": round(medians["single addressed"] / medians["single unaddressed"], 3),
-        "batch_ratio": round(medians["batch addressed"] / medians["batch unaddressed"], 3),
+        "round_ratios": pairs,
+        "single_ratio": statistics.median(pairs["single"]), "batch_ratio": statistics.median(pairs["batch"]),
         "consumers_reached": len({u for u in uids[:min(n, addressed_single + addressed_batch)]}),
         **checked,
     }
     click.echo(f"{n} consumers, {rounds} rounds of {events} events per kind (median events/s):")
     for kind in KINDS:
         click.echo(f"  {kind:20s} {medians[kind]:>9}   rounds: {', '.join(str(v) for v in rates[kind])}")
-    click.echo(f"addressed / unaddressed: single {out['single_ratio']}, batch {out['batch_ratio']}")
+    click.echo(f"addressed / unaddressed, median of the rounds' ratios: single {out['single_ratio']} "
+               f"({', '.join(map(str, pairs['single']))}), batch {out['batch_ratio']} "
+               f"({', '.join(map(str, pairs['batch']))})")
     click.echo(f"delivered {checked['recorded']}/{checked['expected']} in {checked['delivery_seconds']} s; "
                f"received {checked['received']}, crossed to another consumer's endpoint: {checked['crossed']}")
     if as_json:
