@@ -190,8 +190,9 @@ class ConsumerInput(Body):
     """PUT /consumers/{uid}: the fields given replace the stored ones; absent ones keep theirs (a new one: empty)."""
     name: Annotated[str | None, Field(max_length=200, description="shown on the dashboard (default: the uid)"),
                     Must("a string of at most 200 characters")] = None
-    metadata: Annotated[dict[str, Any] | None, Field(description=f"a JSON object of your own, at most "
-                                                                 f"{MAX_CONSUMER_METADATA_BYTES} bytes as compact JSON"),
+    metadata: Annotated[dict[str, Any] | None,
+                        Field(description=f"a JSON object of your own, at most {MAX_CONSUMER_METADATA_BYTES} bytes "
+                                          "as compact JSON"),
                         Must("a JSON object, or null")] = None
     state: Annotated[Literal[ConsumerState.ALL] | None,
                      Field(description="disabled: its deliveries are held, as for a paused subscription, until it is "
@@ -206,7 +207,8 @@ class ConsumersQuery(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    prefix: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9._:-]{0,100}$", description="only uids starting with this"),
+    prefix: Annotated[str | None,
+                      Field(pattern=r"^[A-Za-z0-9._:-]{0,100}$", description="only uids starting with this"),
                       Must("the start of a consumer uid: up to 100 letters, digits, '.', '_', ':' or '-'")] = None
     limit: Annotated[int, Field(ge=1, le=100), Must("a whole number from 1 to 100")] = 50
     after: Annotated[str | None, Field(pattern=CONSUMER_UID_PATTERN, description="the next_after of the previous page"),

@@ -46,7 +46,8 @@ def seed_consumers(run: Run, n: int) -> list[str]:
                  "created_at": now, "updated_at": now} for uid in chunk]).all()
             by_uid = {uid: consumer_id for consumer_id, uid in ids}
             db.session.execute(insert(Subscription), [
-                {"id": sub_id, "team_id": run.team_id, "consumer_id": by_uid[uid], "url": f"{run.receiver_url}/ok/{uid}",
+                {"id": sub_id, "team_id": run.team_id, "consumer_id": by_uid[uid],
+                 "url": f"{run.receiver_url}/ok/{uid}",
                  "description": "", "event_types": ["*"], "event_versions": {}, "retry_policy": "exponential",
                  "signature_scheme": "promesa", "state": "active", "secret_ciphertext": ciphertext,
                  "connect_timeout": 5.0, "attempt_timeout": 10.0, "max_age_seconds": 86400,

@@ -111,7 +111,8 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
 _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions,
                   Subscription.consumer_id) \
     .where(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None))
-# On PostgreSQL only (migrations f2c6a8d1e4b7, c5d9e3a7b1f4): a stored column the model does not map, so SQLite has none.
+# On PostgreSQL only (migrations f2c6a8d1e4b7, c5d9e3a7b1f4): a stored column the model does not map, so SQLite
+# has none.
 _ROUTE_KEYS = literal_column("subscriptions.route_keys", ARRAY(Text))
 
 
