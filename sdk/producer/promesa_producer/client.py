@@ -82,7 +82,7 @@ class Client:
                  max_backoff: float = 30.0, max_retry_after: float = 120.0, spool=None,
                  max_batch: int = MAX_BATCH, max_batch_bytes: int = MAX_BATCH_BYTES,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
-                 rng: random.Random | None = None, user_agent: str = "promesa-producer/0.1"):
+                 rng: random.Random | None = None, user_agent: str = "promesa-producer/0.2"):
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"url must be an http:// or https:// URL, not {url!r}")
