@@ -18,7 +18,7 @@ _UID = re.compile(CONSUMER_UID_PATTERN)
 
 def _uid(uid: str) -> str:
     if not _UID.fullmatch(uid):
-        raise ApiError(422, f"uid must be {schemas.CONSUMER_UID_WORDS[2:]}")
+        raise ApiError(422, f"uid must be {schemas.CONSUMER_UID_WORDS}")
     return uid
 
 
