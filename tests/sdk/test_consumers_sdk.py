@@ -15,7 +15,7 @@ from dashboard.models import Event
 
 from tests.support.pipeline import deliver_due
 
-from .producer_fixtures import live_url, sleeps  # noqa: F401  (fixtures)
+from .producer_fixtures import live_url, proxy, sleeps  # noqa: F401  (fixtures)
 
 
 def addressed(team) -> dict[str, str | None]:
@@ -33,6 +33,14 @@ def test_put_consumer_creates_then_updates(live_url, producer, sleeps):
     again = client.put_consumer("cus_8812", state="disabled")
     assert again == Consumer("cus_8812", "Acme Corp", {"plan": "pro"}, "disabled", 0, created=False)
     assert producer.get("/api/v1/consumers/cus_8812").get_json()["state"] == "disabled"
+
+
+def test_put_consumer_is_retried_through_a_lost_answer_and_makes_one_consumer(proxy, producer, sleeps):
+    proxy.script = [(503, {"Retry-After": "2"}), "pass then drop"]
+    made = Client(proxy.url, producer.token, sleep=sleeps).put_consumer("cus_1", name="One")
+    assert [s.answered for s in proxy.seen] == [503, None, 200]
+    assert sleeps[0] == 2 and (made.uid, made.name, made.created) == ("cus_1", "One", False)  # the lost 201
+    assert [c["uid"] for c in producer.get("/api/v1/consumers").get_json()["data"]] == ["cus_1"]
 
 
 def test_put_consumer_refusals_are_typed(live_url, producer, sleeps):
