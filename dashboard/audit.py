@@ -15,6 +15,8 @@ from dashboard.core.extensions import db
 from dashboard.models import AuditEntry
 
 SYSTEM = ("system", "system")
+TARGET_MAX = AuditEntry.__table__.c.target.type.length
+
 # One person's sign-ins and password changes: entries of no team, shown to admins and to the person they name alone.
 ACCOUNT_ACTIONS = ("user.signed_in", "user.sign_in_failed", "user.locked_out", "user.password_changed",
                    "user.password_change_refused")
@@ -36,6 +38,8 @@ def entry_values(action: str, *, at: dt.datetime, actor: tuple[str, str] = SYSTE
                  subscription_id: str | None = None, target: str | None = None, deliveries: int | None = None,
                  detail: dict | None = None) -> dict:
     kind, name = actor
+    if target is not None and len(target) > TARGET_MAX:
+        target = target[:TARGET_MAX - 1] + "…"  # an event type's name may be longer than the column
     return {"at": at, "actor_kind": kind, "actor": name, "action": action, "team_id": team_id,
             "subscription_id": subscription_id, "target": target, "deliveries": deliveries, "detail": detail}
 

@@ -59,3 +59,11 @@ def test_api_changes_to_the_catalog_and_the_team_are_recorded(producer):
     [updated] = _entries("team.updated")
     assert declared.target == "event_type:file.updated@1" and declared.actor == producer.token[:10]
     assert updated.detail == {"strict_event_types": True} and updated.team_id == producer.team.id
+
+
+def test_a_target_longer_than_the_log_keeps_is_shortened_not_refused(producer):
+    name = "t" * 200  # the longest event type name the API takes
+    resp = producer.post("/api/v1/event-types", {"name": name, "schema": {"type": "object"}})
+    assert resp.status_code == 201, resp.get_json()
+    [declared] = _entries("event_type.declared")
+    assert len(declared.target) == 120 and declared.target.startswith("event_type:ttt") and declared.target[-1] == "…"

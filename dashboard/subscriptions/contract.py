@@ -6,6 +6,7 @@ from __future__ import annotations
 from flask import current_app
 from promesa_receiver import check as check_rules
 
+from dashboard.delivery.http import CONSUMER_HEADER
 from dashboard.delivery.policies import (
     CLIENT_ERROR_MAX_ATTEMPTS,
     ExponentialPolicy,
@@ -100,6 +101,17 @@ def rotation_text(sub: Subscription) -> str:
             f"one is deleted. {current}")
 
 
+def consumer_text(sub: Subscription) -> str:
+    """Which customer a delivery is for, said by a header outside the signed body (never a body field)."""
+    general = (f"Deliveries to a consumer's endpoint carry {CONSUMER_HEADER}: <its uid>, the consumer the "
+               "event is for. It is not part of the signed content: after verifying, use it to check that the "
+               "endpoint it arrived at belongs to that customer.")
+    if sub.consumer_id is None:
+        return general + f" This endpoint is the team's own: its deliveries carry no {CONSUMER_HEADER}."
+    return general + f" This endpoint is consumer {sub.consumer.uid}'s: every delivery carries " \
+                     f"{CONSUMER_HEADER}: {sub.consumer.uid}."
+
+
 def build(sub: Subscription) -> dict:
     declared = [t for t in catalog.team_event_types(sub.team) if wants(sub, t.name, t.version)]
     cap = current_app.config["PROMESA_MAX_DATA_BYTES"]
@@ -124,7 +136,8 @@ def build(sub: Subscription) -> dict:
             ("other 4xx", f"retried, {CLIENT_ERROR_MAX_ATTEMPTS} attempts at most"),
         ],
         "payload": f"Thin events: ids, types, versions and times only — no content, no personal data. "
-                   f"data is at most {cap} bytes; fetch the resource from our API when you need its content.",
+                   f"data is at most {cap} bytes; fetch the resource from our API when you need its content. "
+                   + consumer_text(sub),
         "dead_letters": "After the last attempt the delivery is dead-lettered: kept, listed on this "
                         "subscription's page, and replayable (one, or all) with a fresh schedule. Paused or "
                         "disabled subscriptions keep accumulating held deliveries; resume delivers them.",

@@ -21,9 +21,13 @@ helpers import SQLAlchemy when you build them, ``RedisClaims`` only uses the cli
 3. For state that must not go backwards, let ``ResourceOrdering`` decide per event whether
    to apply it (duplicate / stale / apply); see ``promesa_receiver.ordering`` for the rule.
    Stale events are answered 2xx as well.
+
+4. On a consumer's endpoint, ``consumer_of(headers)`` is the uid of the consumer the delivery is for
+   (``X-Promesa-Consumer``; not signed, so read it after verifying): check that the endpoint it arrived
+   at belongs to that customer of yours.
 """
 
-from .signing import PROMESA_HEADER
+from .signing import CONSUMER_HEADER, PROMESA_HEADER
 from .claims import RedisClaims, SqlClaims
 from .errors import (
     InvalidEvent,
@@ -46,13 +50,22 @@ from .ordering import (
     is_newer,
     parse_event,
 )
-from .verify import DEFAULT_TOLERANCE, parse_promesa_header, parse_standard_signatures, verify, verify_standard
+from .verify import (
+    DEFAULT_TOLERANCE,
+    consumer_of,
+    parse_promesa_header,
+    parse_standard_signatures,
+    verify,
+    verify_standard,
+)
 
 __all__ = [
     "PROMESA_HEADER",
+    "CONSUMER_HEADER",
     "DEFAULT_TOLERANCE",
     "verify",
     "verify_standard",
+    "consumer_of",
     "parse_promesa_header",
     "parse_standard_signatures",
     "VerificationError",

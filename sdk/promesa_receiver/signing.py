@@ -14,10 +14,12 @@ import base64
 import hmac
 import secrets as _secrets
 
-__all__ = ["PROMESA_HEADER", "SECRET_PREFIX", "new_secret", "promesa_v1", "promesa_header", "standard_key",
+__all__ = ["PROMESA_HEADER", "CONSUMER_HEADER", "SECRET_PREFIX", "new_secret", "promesa_v1", "promesa_header", "standard_key",
            "standard_signature", "standard_headers", "sign_headers"]
 
 PROMESA_HEADER = "X-Signature"
+# On deliveries of a consumer's subscription: that consumer's uid. A header outside the signed content.
+CONSUMER_HEADER = "X-Promesa-Consumer"
 SECRET_PREFIX = "whsec_"
 
 

@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
-from .signing import promesa_v1, standard_key, standard_signature
+from .signing import CONSUMER_HEADER, promesa_v1, standard_key, standard_signature
 from .errors import MalformedSignature, MissingSignature, SignatureMismatch, TimestampOutsideTolerance
 
 DEFAULT_TOLERANCE = 300
@@ -226,3 +226,16 @@ def verify_standard(raw_body: bytes, headers: Mapping[str, str], secrets: list[s
     raise SignatureMismatch(
         f"none of the {len(candidates)} v1 signature(s) matches any of the {len(secrets)} secret(s) "
         "(wrong secret, tampered body, or the body was not verified as the raw bytes received)")
+
+
+# -- the consumer a delivery is for --------------------------------------------------------
+def consumer_of(headers: Mapping[str, str]) -> str | None:
+    """The uid of the consumer a delivery is for (header ``X-Promesa-Consumer``, matched case-insensitively),
+    or None on deliveries of a subscription that belongs to no consumer.
+
+    The header is not signed: read it only after ``verify`` (or ``verify_standard``) accepted the request,
+    and use it as a check, e.g. that the endpoint it arrived at belongs to that customer of yours. Given twice
+    with different values, it raises ``MalformedSignature``."""
+    value = _lower_headers(headers).get(CONSUMER_HEADER.lower())
+    value = value.strip() if isinstance(value, str) else None
+    return value or None

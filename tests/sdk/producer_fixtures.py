@@ -61,7 +61,7 @@ class Proxy:
                 with proxy.lock:
                     step = proxy.script.pop(0) if proxy.script else "pass"
                 if step in ("pass", "pass then drop"):
-                    status, headers, answer = proxy.forward(self.path, body, self.headers)
+                    status, headers, answer = proxy.forward(self.path, body, self.headers, self.command)
                     if step == "pass then drop":
                         step = "drop"
                 else:
@@ -80,12 +80,14 @@ class Proxy:
                 self.end_headers()
                 self.wfile.write(answer)
 
+            do_PUT = do_POST  # put_consumer: the same script, forwarded as a PUT
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def forward(self, path: str, body: bytes, headers) -> tuple[int, dict, bytes]:
+    def forward(self, path: str, body: bytes, headers, method: str = "POST") -> tuple[int, dict, bytes]:
         keep = {k: v for k, v in headers.items() if k.lower() in ("authorization", "content-type", "idempotency-key")}
-        request = urllib.request.Request(self.upstream + path, data=body, headers=keep, method="POST")
+        request = urllib.request.Request(self.upstream + path, data=body, headers=keep, method=method)
         try:
             with urllib.request.urlopen(request, timeout=30) as resp:
                 return resp.status, {"Content-Type": resp.headers["Content-Type"]}, resp.read()

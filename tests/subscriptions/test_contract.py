@@ -64,6 +64,19 @@ def test_the_api_serves_the_contract(producer, receiver):
     assert "verifyPromesaSignature" in body["snippets"]["typescript"]
 
 
+@sqlite_only
+def test_the_contract_names_the_consumer_header(client, auth, producer, receiver, users):
+    producer.put_consumer("cus_8812")
+    mine = producer.subscribe(receiver.url + "/cus", consumer="cus_8812")
+    own = producer.subscribe(receiver.url + "/team")
+    auth.login("owner")
+    page = client.get(f"/subscriptions/{mine['id']}/contract").get_data(as_text=True)
+    assert "X-Promesa-Consumer: &lt;its uid&gt;" in page and "not part of the signed content" in page
+    assert "every delivery carries X-Promesa-Consumer: cus_8812" in page
+    payload = producer.get(f"/api/v1/subscriptions/{own['id']}/contract").get_json()["payload"]
+    assert "X-Promesa-Consumer" in payload and "This endpoint is the team's own: its deliveries carry no" in payload
+
+
 def real_delivery(app, producer, receiver, clock, scheme):
     sub = producer.subscribe(receiver.url + "/ok", signature_scheme=scheme)
     producer.publish("file.updated", {"resource_id": "f_1", "resource_version": 3})

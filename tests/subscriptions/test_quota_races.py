@@ -3,10 +3,6 @@ server, on both databases, get exactly the limit through."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 from sqlalchemy import func, select
 
 from dashboard.app import create_app
@@ -14,17 +10,7 @@ from dashboard.core.extensions import db
 from dashboard.ingest import quotas
 from dashboard.models import AuditEntry, Delivery, Subscription
 
-from tests.support.served import at_once, served
-
-
-def _post(url: str, token: str, body: dict | None = None) -> int:
-    request = urllib.request.Request(url, data=json.dumps(body or {}).encode(), method="POST", headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return answer.status
-    except urllib.error.HTTPError as answer:
-        return answer.code
+from tests.support.served import at_once, send, served
 
 
 def test_concurrent_requests_take_the_last_subscription_slot_and_the_test_event_window_once(
@@ -33,9 +19,9 @@ def test_concurrent_requests_take_the_last_subscription_slot_and_the_test_event_
     tested = producer.subscribe(receiver.url + "/a")
     producer.subscribe(receiver.url + "/b")
     with served(create_app(config)) as url:
-        created = at_once([lambda n=n: _post(url + "/api/v1/subscriptions", producer.token,
+        created = at_once([lambda n=n: send("POST", url + "/api/v1/subscriptions", producer.token,
                                              {"url": f"{receiver.url}/race/{n}"}) for n in range(10)])
-        test_events = at_once([lambda: _post(f"{url}/api/v1/subscriptions/{tested['id']}/test", producer.token)
+        test_events = at_once([lambda: send("POST", f"{url}/api/v1/subscriptions/{tested['id']}/test", producer.token)
                                for _ in range(10)])
 
     assert sorted(created) == [201] + [409] * 9  # one slot was left

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -33,3 +36,14 @@ def at_once(calls: list[Callable[[], object]]) -> list[object]:
 
     with ThreadPoolExecutor(max_workers=len(calls)) as pool:
         return list(pool.map(run, calls))
+
+
+def send(method: str, url: str, token: str, body: dict | None = None) -> int:
+    """The status of one JSON request with a team's token (an error status too, never raised)."""
+    request = urllib.request.Request(url, data=json.dumps(body or {}).encode(), method=method, headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status
+    except urllib.error.HTTPError as answer:
+        return answer.code

@@ -18,7 +18,7 @@ _UID = re.compile(CONSUMER_UID_PATTERN)
 
 def _uid(uid: str) -> str:
     if not _UID.fullmatch(uid):
-        raise ApiError(422, f"uid must be {schemas.CONSUMER_UID_WORDS[2:]}")
+        raise ApiError(422, f"uid must be {schemas.CONSUMER_UID_WORDS}")
     return uid
 
 
@@ -37,7 +37,7 @@ def put_consumer(uid, body: schemas.ConsumerInput):
 
 
 @bp.get("/consumers/<uid>")
-@operation("One consumer", responses={200: schemas.Consumer})
+@operation("One consumer", responses={200: schemas.Consumer}, errors=(422,))
 def get_consumer(uid):
     return jsonify(_shape(consumer_service.team_consumer(g.team, _uid(uid))))
 
@@ -54,7 +54,7 @@ def list_consumers(query: schemas.ConsumersQuery):
 @bp.delete("/consumers/<uid>")
 @operation("Delete (soft): out of routing, its subscriptions deleted with it; what was accepted for it is still "
            "delivered (held deliveries are released). Its uid may then name a new consumer",
-           responses={200: schemas.DeletedConsumer})
+           responses={200: schemas.DeletedConsumer}, errors=(422,))
 def delete_consumer(uid):
     consumer = consumer_service.team_consumer(g.team, _uid(uid))
     released = consumer_service.delete(consumer)

@@ -26,7 +26,7 @@ MAX_BATCH = 500  # the service's limit of events per batch request
 MAX_BATCH_BYTES = 900 * 1024  # under the service's default 1 MiB body limit, with room for the envelope
 # "Not now" answers (a restarting service, a proxy, a limit); any other status is the answer, however often asked.
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-EVENT_FIELDS = frozenset({"type", "data", "id", "version", "timestamp"})
+EVENT_FIELDS = frozenset({"type", "data", "id", "version", "timestamp", "consumer"})
 
 
 def new_id() -> str:
@@ -42,6 +42,17 @@ class Published:
     deliveries: int | None
     duplicate: bool = False
     spooled: bool = False
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """A consumer as the service holds it after `put_consumer`: `created` is True when this call made it."""
+    uid: str
+    name: str
+    metadata: dict | None
+    state: str
+    subscriptions: int
+    created: bool
 
 
 @dataclass
@@ -71,7 +82,7 @@ class Client:
                  max_backoff: float = 30.0, max_retry_after: float = 120.0, spool=None,
                  max_batch: int = MAX_BATCH, max_batch_bytes: int = MAX_BATCH_BYTES,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
-                 rng: random.Random | None = None, user_agent: str = "promesa-producer/0.1"):
+                 rng: random.Random | None = None, user_agent: str = "promesa-producer/0.2"):
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"url must be an http:// or https:// URL, not {url!r}")
@@ -95,10 +106,13 @@ class Client:
     # -- publishing ------------------------------------------------------------------------------
 
     def publish(self, type: str, data: Mapping[str, Any] | None = None, id: str | None = None, *,
-                version: int | None = None, timestamp: datetime | str | None = None) -> Published:
-        """Publish one event. Raises `Rejected` (or `AuthError`) for an answer that will not change, and
-        `Unavailable` after the retries unless a spool keeps the event (then `spooled=True`)."""
-        event = _event({"type": type, "data": data, "id": id, "version": version, "timestamp": timestamp})
+                version: int | None = None, timestamp: datetime | str | None = None,
+                consumer: str | None = None) -> Published:
+        """Publish one event; `consumer`: the uid of the consumer it is for (only its subscriptions receive it).
+        Raises `Rejected` (or `AuthError`) for an answer that will not change (an unknown consumer uid: 422),
+        and `Unavailable` after the retries unless a spool keeps the event (then `spooled=True`)."""
+        event = _event({"type": type, "data": data, "id": id, "version": version, "timestamp": timestamp,
+                        "consumer": consumer})
         try:
             answer = self._post("/api/v1/events", event)
         except Unavailable as exc:
@@ -110,7 +124,7 @@ class Client:
         return Published(answer["id"], answer["deliveries"], answer["duplicate"])
 
     def publish_many(self, events: Iterable[Mapping[str, Any]]) -> list[Published]:
-        """Publish events (mappings of type, data, id, version, timestamp) in batches within the
+        """Publish events (mappings of type, data, id, version, timestamp, consumer) in batches within the
         service's limits, in order; one `Published` per event, in the order given.
 
         A refused batch raises `Rejected` with `index` naming the event in `events`; the batches before
@@ -131,6 +145,21 @@ class Client:
                 exc.published = published
                 raise
         return published
+
+    def put_consumer(self, uid: str, *, name: str | None = None, metadata: Mapping[str, Any] | None = None,
+                     state: str | None = None) -> Consumer:
+        """Create the consumer `uid` (your own id for your customer), or update the fields given (None: left as
+        they are); idempotent, so safe to call before each first publish to it. `state`: "active" or
+        "disabled" (its deliveries held). Raises `Rejected` (a uid outside the rule, a quota: 409) or
+        `Unavailable`, as `publish` does; nothing is spooled."""
+        if not isinstance(uid, str) or not uid:
+            raise TypeError("a consumer needs a uid (a non-empty string)")
+        body = {k: v for k, v in (("name", name), ("state", state)) if v is not None}
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        status, answer = self._send("PUT", "/api/v1/consumers/" + urllib.parse.quote(uid, safe=""), body)
+        return Consumer(answer["uid"], answer["name"], answer["metadata"], answer["state"], answer["subscriptions"],
+                        created=status == 201)
 
     def flush(self) -> Flushed:
         """Send the spooled events, oldest first, deleting each only after the service accepted it.
@@ -197,18 +226,22 @@ class Client:
             yield start, chunk
 
     def _post(self, path: str, body: dict, *, offset: int = 0, batch: bool = False) -> dict:
+        return self._send("POST", path, body, offset=offset, batch=batch)[1]
+
+    def _send(self, method: str, path: str, body: dict, *, offset: int = 0, batch: bool = False) -> tuple[int, dict]:
+        """(status, answer) of the first 2xx, retrying what may change; PUT is idempotent, so retried too."""
         payload = _json(body)
         attempt = 0
         while True:
             attempt += 1
             retry_after = None
             try:
-                status, headers, answer = self._request(path, payload)
+                status, headers, answer = self._request(method, path, payload)
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 status, cause = None, _describe(exc)
             else:
                 if 200 <= status < 300:
-                    return answer
+                    return status, answer
                 error = answer.get("error") if isinstance(answer, dict) else None
                 error = error if isinstance(error, str) else f"HTTP {status}"
                 # A batch's 409 is two requests storing the same id at once: sending again answers duplicates.
@@ -226,8 +259,8 @@ class Client:
                 retry_after = self.rng.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
             self.sleep(retry_after)
 
-    def _request(self, path: str, payload: bytes) -> tuple[int, Mapping[str, str], Any]:
-        request = urllib.request.Request(self.url + path, data=payload, method="POST", headers={
+    def _request(self, method: str, path: str, payload: bytes) -> tuple[int, Mapping[str, str], Any]:
+        request = urllib.request.Request(self.url + path, data=payload, method=method, headers={
             "Authorization": f"Bearer {self._token}", "Content-Type": "application/json",
             "Accept": "application/json", "User-Agent": self.user_agent})
         try:
