@@ -21,8 +21,6 @@ log = logging.getLogger(__name__)
 
 USER_AGENT = "Promesa-Webhooks/1"
 ERROR_LENGTH = 200  # attempts.error and deliveries.last_error hold this many characters
-# The uid of the consumer an addressed event is for (the published contract names it).
-CONSUMER_HEADER = "X-Promesa-Consumer"
 RESPONSE_HEADERS_BYTES = 4096  # attempts.response_headers keeps at most this much of the answer's headers
 
 
@@ -65,7 +63,7 @@ def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attemp
         "Accept-Encoding": "identity",
     }
     if consumer is not None:  # a header, not a field: the signed body stays the same thin event
-        headers[CONSUMER_HEADER] = consumer
+        headers[signing.CONSUMER_HEADER] = consumer
     headers.update(signing.sign_headers(scheme, secrets, event_id, timestamp, body))
     return headers
 

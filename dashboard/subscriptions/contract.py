@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from flask import current_app
 from promesa_receiver import check as check_rules
+from promesa_receiver.signing import CONSUMER_HEADER
 
-from dashboard.delivery.http import CONSUMER_HEADER
 from dashboard.delivery.policies import (
     CLIENT_ERROR_MAX_ATTEMPTS,
     ExponentialPolicy,
