@@ -473,6 +473,14 @@ class BulkReplayInput(Body):
                            Must(f"a list of at most {MAX_EVENT_TYPES} event type names")] = []
 
 
+class RecoverInput(Body):
+    subscription_id: Annotated[str, Field(pattern=DELIVERY_ID_PATTERN, description="the consumer's endpoint to send "
+                                          "them to (one of its subscriptions)"),
+                               Must("the id of one of the consumer's subscriptions")]
+    since: Annotated[AwareDatetime, Field(description="the consumer's events accepted at or after this time"),
+                     Must("an RFC 3339 time with a zone, like 2026-11-30T09:00:00Z")]
+
+
 MAX_SELECTED_DEAD_LETTERS = 500  # dead letters one bulk job may name (dashboard.operations.replays)
 
 
@@ -505,7 +513,8 @@ class ReplayStarted(BaseModel):
 
 class BulkReplay(BaseModel):
     id: str
-    kind: Literal[ReplayKind.ALL] = Field(description="replay: re-send the dead letters; discard: end them discarded")
+    kind: Literal[ReplayKind.ALL] = Field(description="replay: re-send the dead letters; discard: end them discarded; "
+                                          "recover: a consumer's events since a time to one of its endpoints")
     state: Literal[ReplayState.ACTIVE + ReplayState.ENDED] = Field(description="the job's: finished means all of it "
                                                                    "re-queued (or discarded)")
     progress: str = Field(description="what it means for the deliveries: the state, or, for a finished replay, "
