@@ -575,6 +575,10 @@ class DiagnosisGroup(BaseModel):
 
 class Diagnosis(BaseModel):
     subscription_id: str
+    consumer: str | None = Field(None, description="the uid of the consumer whose endpoint it is; null for the "
+                                                   "team's own endpoint")
+    consumer_disabled: bool = Field(False, description="true: its consumer is disabled, so its deliveries are held "
+                                                       "and nothing is sent until it is enabled")
     since: str
     attempts: int = Field(description="attempts read (the window's newest, at most 2000)")
     failures: int
@@ -595,6 +599,8 @@ class SnoozeInput(Body):
 class Incident(BaseModel):
     id: str
     subscription_id: str | None = Field(description="null: Promesa's own health (the backlog)")
+    consumer: str | None = Field(None, description="the uid of the consumer whose endpoint it is about; null for "
+                                                   "the team's own endpoint")
     state: Literal[IncidentState.ALL]
     title: str = Field(description="what the first rule that fired says")
     rules: list[str] = Field(description="every rule that fired during the outage, the first first")

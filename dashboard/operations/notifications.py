@@ -206,13 +206,20 @@ def _sinks_by_subscription() -> dict[str, NotificationSink]:
     return {sink.subscription_id: sink for sink in db.session.scalars(select(NotificationSink))}
 
 
+def consumer_uid(sub: Subscription | None) -> str | None:
+    """The uid of the consumer whose endpoint this is; None for a team's own endpoint (or none at all)."""
+    return sub.consumer.uid if sub is not None and sub.consumer_id is not None else None
+
+
 def _named(sub: Subscription, sinks: dict[str, NotificationSink]) -> str:
-    """A subscription as notifications name it: a sink (or a removed one) by its label, never its URL."""
+    """A subscription as notifications name it: a sink (or a removed one) by its label, never its URL; a
+    consumer's endpoint with its consumer."""
     if sub.id in sinks:
         return sink_label(sinks[sub.id])
     if sub.team_id == access.system_team_id():
         return f"removed notification sink (subscription {sub.id})"
-    return sub.url
+    uid = consumer_uid(sub)
+    return f"{sub.url} (consumer {uid})" if uid else sub.url
 
 
 def _not_to(subscription_ids, sinks: dict[str, NotificationSink]) -> frozenset[str]:
@@ -246,7 +253,8 @@ def incident_changed(incident, change: str, to_sinks: bool = True) -> int:
         if len(from_rules) > 1:
             text += ". Also fired: " + ", ".join(title(r) for r in from_rules if r != incident.rule) + "."
     data = {"incident_id": incident.id, "rule": incident.rule, "rules": list(from_rules), "state": incident.state,
-            "subscription_id": incident.subscription_id, "opened_at": iso(incident.opened_at)}
+            "subscription_id": incident.subscription_id, "consumer": consumer_uid(sub),
+            "opened_at": iso(incident.opened_at)}
     not_to = _not_to([incident.subscription_id], sinks)
     notify(f"incident.{change}", text=text, path=f"/incidents/{incident.id}", data=data,
            team_id=incident.team_id, to_sinks=to_sinks, not_to=not_to)
@@ -281,27 +289,30 @@ def incidents_changed(changes: list[tuple]) -> None:
 def subscription_disabled(sub: Subscription, reason: str) -> int:
     sinks = _sinks_by_subscription()
     return notify("subscription.disabled", text=f"Subscription {_named(sub, sinks)} disabled: {reason}",
-                  path=f"/subscriptions/{sub.id}", data={"subscription_id": sub.id}, team_id=sub.team_id,
+                  path=f"/subscriptions/{sub.id}", data={"subscription_id": sub.id, "consumer": consumer_uid(sub)},
+                  team_id=sub.team_id,
                   not_to=_not_to([sub.id], sinks))
 
 
-def replay_finished(*, subscription_id: str, team_id: int, replayed: int, delivered: int | None = None,
+def replay_finished(*, subscription_id: str | None, team_id: int | None, replayed: int, delivered: int | None = None,
                     held: int = 0, sent: int | None = None, path: str | None = None,
                     replay_id: str | None = None) -> int:
     """For dashboard.operations.replays.on_finished: a replay's job has re-queued all of it, to the sinks.
     "Finished" only with `delivered` given for all of it; held deliveries are told apart from sent ones."""
-    data = {"subscription_id": subscription_id, "replayed": replayed, "held": held}
+    uid = consumer_uid(db.session.get(Subscription, subscription_id) if subscription_id else None)
+    data = {"subscription_id": subscription_id, "consumer": uid, "replayed": replayed, "held": held}
     if sent is not None:
         data["sent"] = sent
     if replay_id:
         data["replay_id"] = replay_id
+    what = f"Replay to consumer {uid}" if uid else "Replay"
     if held:
-        text = (f"Replay of {replayed} deliveries re-queued: {held} held until the subscription resumes, "
+        text = (f"{what} of {replayed} deliveries re-queued: {held} held until the subscription resumes, "
                 f"{sent or 0} sent so far.")
     elif delivered is not None and delivered >= replayed:
-        text = f"Replay of {replayed} deliveries finished, {delivered} delivered."
+        text = f"{what} of {replayed} deliveries finished, {delivered} delivered."
     else:
-        text = f"Replay of {replayed} deliveries re-queued: on their way{f', {sent} sent so far' if sent else ''}."
+        text = f"{what} of {replayed} deliveries re-queued: on their way{f', {sent} sent so far' if sent else ''}."
     return notify("replay.finished", text=text, path=path or f"/subscriptions/{subscription_id}", data=data,
                   team_id=team_id)
 
