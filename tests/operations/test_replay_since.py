@@ -132,3 +132,21 @@ def test_it_refuses_what_is_not_the_consumers(app, producer, receiver, clock):
         in (200, 204)
     assert replay_since(producer, "alice", alices["id"], since).status_code == 409
     assert db.session.scalar(select(Replay.id)) is None
+
+
+def test_to_a_disabled_consumer_it_is_held_until_enabled(app, producer, receiver, clock):
+    producer.put_consumer("alice")
+    since = iso(clock.now())
+    owed = [addressed(producer, "alice")["id"] for _ in range(3)]
+    alices = producer.subscribe(receiver.url + "/ok/alice", consumer="alice")
+    producer.put_consumer("alice", state="disabled")
+    started = replay_since(producer, "alice", alices["id"], since).get_json()
+    assert started["total"] == 3 and started["held_until_resume"] is True
+    run_worker(app)
+    deliver_due(app, clock)
+    assert received(receiver, "/ok/alice")[0] == []
+    progress = producer.get(f"/api/v1/replays/{started['id']}").get_json()
+    assert (progress["state"], progress["held"], progress["progress"]) == ("finished", 3, "held until resume")
+    producer.put_consumer("alice", state="active")
+    deliver_due(app, clock)
+    assert sorted(received(receiver, "/ok/alice")[0]) == sorted(owed)
