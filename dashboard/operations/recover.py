@@ -62,10 +62,10 @@ class RecoverFilter:
 
     def owed(self, until: dt.datetime, replay_id: str | None = None) -> list:
         """WHERE clauses on Event: the consumer's events in [since, until] that have no delivery to the
-        subscription, or a dead one (not one this replay already sent again)."""
+        subscription, or one dead by `until` (not one this replay already sent again)."""
         to_it = select(Delivery.id).where(Delivery.event_key == Event.key,
                                           Delivery.subscription_id == self.subscription_id)
-        dead = to_it.where(Delivery.state == DeliveryState.DEAD)
+        dead = to_it.where(Delivery.state == DeliveryState.DEAD, Delivery.dead_lettered_at <= until)
         if replay_id is not None:
             dead = dead.where(or_(Delivery.replay_id.is_(None), Delivery.replay_id != replay_id))
         return [Event.consumer_id == self.consumer_id, Event.created_at >= self.since, Event.created_at <= until,
