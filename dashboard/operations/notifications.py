@@ -45,6 +45,7 @@ from dashboard.core.validation import ApiError
 from dashboard.delivery.targets import url_problem
 from dashboard.ingest.accept import insert_rows, thin_body
 from dashboard.models import (
+    Consumer,
     Delivery,
     DeliveryState,
     Event,
@@ -187,8 +188,10 @@ def asks_for(patterns, event_type: str) -> bool:
 
 
 def subscribers(team_id: int, event_type: str) -> list[str]:
+    """The team's own subscriptions that ask for this operational type: never a consumer's, which would hear of
+    the team's other consumers."""
     rows = db.session.execute(select(Subscription.id, Subscription.event_types)
-                              .where(Subscription.team_id == team_id)).all()
+                              .where(Subscription.team_id == team_id, Subscription.consumer_id.is_(None))).all()
     return [sub_id for sub_id, patterns in rows if asks_for(patterns, event_type)]
 
 
@@ -327,9 +330,11 @@ def publish_dead_letters(now: dt.datetime) -> int:
     if since >= upto or not folding.move_mark(found, at=upto):
         db.session.commit()
         return 0
-    subs = db.session.execute(select(Subscription.id, Subscription.team_id, Subscription.event_types)).all()
-    wanting_teams = {team_id for _, team_id, patterns in subs if asks_for(patterns, "promesa.delivery.dead")}
-    candidates = [sub_id for sub_id, team_id, _ in subs if team_id in wanting_teams]
+    subs = db.session.execute(select(Subscription.id, Subscription.team_id, Subscription.event_types,
+                                     Subscription.consumer_id)).all()
+    wanting_teams = {team_id for _, team_id, patterns, consumer_id in subs
+                     if consumer_id is None and asks_for(patterns, "promesa.delivery.dead")}
+    candidates = [sub_id for sub_id, team_id, _, _ in subs if team_id in wanting_teams]
     with_dead = []
     for ids in folding.chunks(candidates):
         with_dead += db.session.scalars(select(OutcomeCount.subscription_id).distinct().where(
@@ -339,20 +344,23 @@ def publish_dead_letters(now: dt.datetime) -> int:
     if with_dead:
         rows = db.session.execute(
             select(Delivery.id, Delivery.subscription_id, Event.id, Delivery.attempt_count,
-                   Delivery.last_status_code, Delivery.dead_lettered_at, Event.type, Subscription.team_id)
+                   Delivery.last_status_code, Delivery.dead_lettered_at, Event.type, Subscription.team_id, Consumer.uid)
             .join(Event, Event.key == Delivery.event_key)
             .join(Subscription, Subscription.id == Delivery.subscription_id)
+            .outerjoin(Consumer, Consumer.id == Subscription.consumer_id)
             .where(Delivery.subscription_id.in_(with_dead), Delivery.state == DeliveryState.DEAD,
                    Delivery.dead_lettered_at >= since, Delivery.dead_lettered_at < upto)
             .order_by(Delivery.dead_lettered_at).limit(MAX_DEAD_LETTER_EVENTS)).all()
         if len(rows) == MAX_DEAD_LETTER_EVENTS:  # the rest on the next pass: the mark stops at the last one told
             db.session.execute(update(SweepMark).where(SweepMark.name == found.name).values(at=rows[-1].dead_lettered_at))
-        for delivery_id, sub_id, event_id, attempts, status, dead_at, event_type, team_id in rows:
+        for delivery_id, sub_id, event_id, attempts, status, dead_at, event_type, team_id, uid in rows:
             if event_type.startswith("promesa."):
                 continue  # an operational event's own dead letter announces nothing: no chains
-            staged += notify("delivery.dead", text=f"Delivery {delivery_id} dead-lettered",
+            to_whom = f" (consumer {uid})" if uid else ""
+            staged += notify("delivery.dead", text=f"Delivery {delivery_id}{to_whom} dead-lettered",
                              path=f"/deliveries/{delivery_id}", team_id=team_id,
-                             data={"delivery_id": delivery_id, "subscription_id": sub_id, "event_id": event_id,
+                             data={"delivery_id": delivery_id, "subscription_id": sub_id, "consumer": uid,
+                                   "event_id": event_id,
                                    "event_type": event_type, "attempts": attempts, "last_status_code": status,
                                    "dead_lettered_at": iso(dead_at)})
     db.session.commit()

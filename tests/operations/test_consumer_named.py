@@ -3,6 +3,8 @@ whose endpoint they are about, and say nothing of one for a team's own endpoint 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import select
 
@@ -85,3 +87,23 @@ def test_a_replay_to_a_consumers_endpoint_is_told_with_its_consumer(app, produce
     assert text.startswith("Replay to consumer alice of 1 deliveries")
     [event] = [e for e in json_sink.accepted_json() if e["type"] == "promesa.replay.finished"]
     assert event["data"]["consumer"] == "alice" and event["data"]["replay_id"] == replay.id
+
+
+def test_operational_events_name_the_consumer_and_reach_the_teams_own_endpoints_alone(app, producer, receiver, clock):
+    """`promesa.delivery.dead` and `promesa.incident.opened` about consumer bob's endpoint go to the team's own
+    endpoint asking for them, naming bob; consumer alice's endpoint asking for `promesa.*` hears nothing of bob."""
+    with SwitchableReceiver() as ops:
+        producer.put_consumer("alice")
+        producer.put_consumer("bob")
+        producer.subscribe(ops.url + "/team", event_types=["promesa.*"])
+        producer.subscribe(ops.url + "/alice", event_types=["promesa.*"], consumer="alice")
+        bobs = fail_five(app, producer, receiver, clock, consumer="bob")
+        clock.advance(minutes=2)
+        sweep_once(app)
+        deliver_due(app, clock)
+        heard = [(r.path, json.loads(r.body)) for r in ops.accepted()]
+    assert {path for path, _ in heard} == {"/team"}
+    dead = [body["data"] for _, body in heard if body["type"] == "promesa.delivery.dead"]
+    assert len(dead) == 5 and {(d["consumer"], d["subscription_id"]) for d in dead} == {("bob", bobs["id"])}
+    [incident] = [body["data"] for _, body in heard if body["type"] == "promesa.incident.opened"]
+    assert incident["consumer"] == "bob"
