@@ -150,3 +150,11 @@ def test_to_a_disabled_consumer_it_is_held_until_enabled(app, producer, receiver
     producer.put_consumer("alice", state="active")
     deliver_due(app, clock)
     assert sorted(received(receiver, "/ok/alice")[0]) == sorted(owed)
+
+
+def test_the_openapi_document_declares_it(producer):
+    doc = producer.get("/api/v1/openapi.json").get_json()
+    [path] = [p for p in doc["paths"] if p.endswith("/replay-since")]
+    post = doc["paths"][path]["post"]
+    assert "202" in post["responses"] and {"409", "422"} <= set(post["responses"])
+    assert "requestBody" in post
