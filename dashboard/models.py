@@ -615,8 +615,11 @@ class ReplayState:
 class ReplayKind:
     REPLAY = "replay"  # re-send the dead letters
     DISCARD = "discard"  # end them discarded: never sent again
+    # "replay since": a consumer's events since a time to one of its endpoints, missing deliveries made
+    RECOVER = "recover"
 
-    ALL = (REPLAY, DISCARD)
+    ALL = (REPLAY, DISCARD, RECOVER)
+    SENDS = (REPLAY, RECOVER)  # the kinds whose deliveries go out, and whose outcomes are followed
 
 
 _ACTIVE_REPLAY = text("state IN ('queued', 'running')")

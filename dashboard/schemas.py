@@ -475,6 +475,14 @@ class BulkReplayInput(Body):
                            Must(f"a list of at most {MAX_EVENT_TYPES} event type names")] = []
 
 
+class RecoverInput(Body):
+    subscription_id: Annotated[str, Field(pattern=DELIVERY_ID_PATTERN, description="the consumer's endpoint to send "
+                                          "them to (one of its subscriptions)"),
+                               Must("the id of one of the consumer's subscriptions")]
+    since: Annotated[AwareDatetime, Field(description="the consumer's events accepted at or after this time"),
+                     Must("an RFC 3339 time with a zone, like 2026-11-30T09:00:00Z")]
+
+
 MAX_SELECTED_DEAD_LETTERS = 500  # dead letters one bulk job may name (dashboard.operations.replays)
 
 
@@ -507,7 +515,8 @@ class ReplayStarted(BaseModel):
 
 class BulkReplay(BaseModel):
     id: str
-    kind: Literal[ReplayKind.ALL] = Field(description="replay: re-send the dead letters; discard: end them discarded")
+    kind: Literal[ReplayKind.ALL] = Field(description="replay: re-send the dead letters; discard: end them discarded; "
+                                          "recover: a consumer's events since a time to one of its endpoints")
     state: Literal[ReplayState.ACTIVE + ReplayState.ENDED] = Field(description="the job's: finished means all of it "
                                                                    "re-queued (or discarded)")
     progress: str = Field(description="what it means for the deliveries: the state, or, for a finished replay, "
@@ -568,6 +577,10 @@ class DiagnosisGroup(BaseModel):
 
 class Diagnosis(BaseModel):
     subscription_id: str
+    consumer: str | None = Field(None, description="the uid of the consumer whose endpoint it is; null for the "
+                                                   "team's own endpoint")
+    consumer_disabled: bool = Field(False, description="true: its consumer is disabled, so its deliveries are held "
+                                                       "and nothing is sent until it is enabled")
     since: str
     attempts: int = Field(description="attempts read (the window's newest, at most 2000)")
     failures: int
@@ -588,6 +601,8 @@ class SnoozeInput(Body):
 class Incident(BaseModel):
     id: str
     subscription_id: str | None = Field(description="null: Promesa's own health (the backlog)")
+    consumer: str | None = Field(None, description="the uid of the consumer whose endpoint it is about; null for "
+                                                   "the team's own endpoint")
     state: Literal[IncidentState.ALL]
     title: str = Field(description="what the first rule that fired says")
     rules: list[str] = Field(description="every rule that fired during the outage, the first first")

@@ -37,6 +37,7 @@ from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import (
     INCIDENT_NOTE_MAX,
+    Consumer,
     Delivery,
     DeliveryState,
     Incident,
@@ -206,7 +207,8 @@ def check_rules(now: dt.datetime) -> None:
         except IntegrityError:
             continue  # another sweeper opened it a moment ago
         audit.record("incident.opened", team_id=first.team_id, actor=audit.SYSTEM, target=f"incident:{incident.id}",
-                     detail={"rule": incident.rule, "rules": ordered, "figures": first.figures},
+                     detail={"rule": incident.rule, "rules": ordered, "figures": first.figures}
+                     | ({"consumer": uid} if (uid := consumer_uid(incident)) else {}),
                      subscription=_sub_ref(incident))
         changes.append((incident, "opened"))
     for sub_id, incident in unresolved.items():
@@ -324,6 +326,15 @@ def open_count(user) -> int:
         Incident.state == IncidentState.OPEN, Incident.resolved_at.is_(None),
         or_(Incident.snoozed_until.is_(None), Incident.snoozed_until <= now)), user, Incident.team_id)
     return db.session.scalar(query) or 0
+
+
+def consumer_uid(incident: Incident) -> str | None:
+    """The consumer whose endpoint the incident is about, by uid; None for a team's own endpoint or Promesa's
+    own health."""
+    if incident.subscription_id is None:
+        return None
+    return db.session.scalar(select(Consumer.uid).join(Subscription, Subscription.consumer_id == Consumer.id)
+                             .where(Subscription.id == incident.subscription_id))
 
 
 def describe_figures(incident: Incident, still_dead: int | None = None) -> list[str]:

@@ -45,6 +45,7 @@ from dashboard.core.validation import ApiError
 from dashboard.delivery.targets import url_problem
 from dashboard.ingest.accept import insert_rows, thin_body
 from dashboard.models import (
+    Consumer,
     Delivery,
     DeliveryState,
     Event,
@@ -187,8 +188,10 @@ def asks_for(patterns, event_type: str) -> bool:
 
 
 def subscribers(team_id: int, event_type: str) -> list[str]:
+    """The team's own subscriptions that ask for this operational type: never a consumer's, which would hear of
+    the team's other consumers."""
     rows = db.session.execute(select(Subscription.id, Subscription.event_types)
-                              .where(Subscription.team_id == team_id)).all()
+                              .where(Subscription.team_id == team_id, Subscription.consumer_id.is_(None))).all()
     return [sub_id for sub_id, patterns in rows if asks_for(patterns, event_type)]
 
 
@@ -206,13 +209,20 @@ def _sinks_by_subscription() -> dict[str, NotificationSink]:
     return {sink.subscription_id: sink for sink in db.session.scalars(select(NotificationSink))}
 
 
+def consumer_uid(sub: Subscription | None) -> str | None:
+    """The uid of the consumer whose endpoint this is; None for a team's own endpoint (or none at all)."""
+    return sub.consumer.uid if sub is not None and sub.consumer_id is not None else None
+
+
 def _named(sub: Subscription, sinks: dict[str, NotificationSink]) -> str:
-    """A subscription as notifications name it: a sink (or a removed one) by its label, never its URL."""
+    """A subscription as notifications name it: a sink (or a removed one) by its label, never its URL; a
+    consumer's endpoint with its consumer."""
     if sub.id in sinks:
         return sink_label(sinks[sub.id])
     if sub.team_id == access.system_team_id():
         return f"removed notification sink (subscription {sub.id})"
-    return sub.url
+    uid = consumer_uid(sub)
+    return f"{sub.url} (consumer {uid})" if uid else sub.url
 
 
 def _not_to(subscription_ids, sinks: dict[str, NotificationSink]) -> frozenset[str]:
@@ -246,7 +256,8 @@ def incident_changed(incident, change: str, to_sinks: bool = True) -> int:
         if len(from_rules) > 1:
             text += ". Also fired: " + ", ".join(title(r) for r in from_rules if r != incident.rule) + "."
     data = {"incident_id": incident.id, "rule": incident.rule, "rules": list(from_rules), "state": incident.state,
-            "subscription_id": incident.subscription_id, "opened_at": iso(incident.opened_at)}
+            "subscription_id": incident.subscription_id, "consumer": consumer_uid(sub),
+            "opened_at": iso(incident.opened_at)}
     not_to = _not_to([incident.subscription_id], sinks)
     notify(f"incident.{change}", text=text, path=f"/incidents/{incident.id}", data=data,
            team_id=incident.team_id, to_sinks=to_sinks, not_to=not_to)
@@ -281,27 +292,30 @@ def incidents_changed(changes: list[tuple]) -> None:
 def subscription_disabled(sub: Subscription, reason: str) -> int:
     sinks = _sinks_by_subscription()
     return notify("subscription.disabled", text=f"Subscription {_named(sub, sinks)} disabled: {reason}",
-                  path=f"/subscriptions/{sub.id}", data={"subscription_id": sub.id}, team_id=sub.team_id,
+                  path=f"/subscriptions/{sub.id}", data={"subscription_id": sub.id, "consumer": consumer_uid(sub)},
+                  team_id=sub.team_id,
                   not_to=_not_to([sub.id], sinks))
 
 
-def replay_finished(*, subscription_id: str, team_id: int, replayed: int, delivered: int | None = None,
+def replay_finished(*, subscription_id: str | None, team_id: int | None, replayed: int, delivered: int | None = None,
                     held: int = 0, sent: int | None = None, path: str | None = None,
                     replay_id: str | None = None) -> int:
     """For dashboard.operations.replays.on_finished: a replay's job has re-queued all of it, to the sinks.
     "Finished" only with `delivered` given for all of it; held deliveries are told apart from sent ones."""
-    data = {"subscription_id": subscription_id, "replayed": replayed, "held": held}
+    uid = consumer_uid(db.session.get(Subscription, subscription_id) if subscription_id else None)
+    data = {"subscription_id": subscription_id, "consumer": uid, "replayed": replayed, "held": held}
     if sent is not None:
         data["sent"] = sent
     if replay_id:
         data["replay_id"] = replay_id
+    what = f"Replay to consumer {uid}" if uid else "Replay"
     if held:
-        text = (f"Replay of {replayed} deliveries re-queued: {held} held until the subscription resumes, "
+        text = (f"{what} of {replayed} deliveries re-queued: {held} held until the subscription resumes, "
                 f"{sent or 0} sent so far.")
     elif delivered is not None and delivered >= replayed:
-        text = f"Replay of {replayed} deliveries finished, {delivered} delivered."
+        text = f"{what} of {replayed} deliveries finished, {delivered} delivered."
     else:
-        text = f"Replay of {replayed} deliveries re-queued: on their way{f', {sent} sent so far' if sent else ''}."
+        text = f"{what} of {replayed} deliveries re-queued: on their way{f', {sent} sent so far' if sent else ''}."
     return notify("replay.finished", text=text, path=path or f"/subscriptions/{subscription_id}", data=data,
                   team_id=team_id)
 
@@ -316,9 +330,11 @@ def publish_dead_letters(now: dt.datetime) -> int:
     if since >= upto or not folding.move_mark(found, at=upto):
         db.session.commit()
         return 0
-    subs = db.session.execute(select(Subscription.id, Subscription.team_id, Subscription.event_types)).all()
-    wanting_teams = {team_id for _, team_id, patterns in subs if asks_for(patterns, "promesa.delivery.dead")}
-    candidates = [sub_id for sub_id, team_id, _ in subs if team_id in wanting_teams]
+    subs = db.session.execute(select(Subscription.id, Subscription.team_id, Subscription.event_types,
+                                     Subscription.consumer_id)).all()
+    wanting_teams = {team_id for _, team_id, patterns, consumer_id in subs
+                     if consumer_id is None and asks_for(patterns, "promesa.delivery.dead")}
+    candidates = [sub_id for sub_id, team_id, _, _ in subs if team_id in wanting_teams]
     with_dead = []
     for ids in folding.chunks(candidates):
         with_dead += db.session.scalars(select(OutcomeCount.subscription_id).distinct().where(
@@ -328,20 +344,23 @@ def publish_dead_letters(now: dt.datetime) -> int:
     if with_dead:
         rows = db.session.execute(
             select(Delivery.id, Delivery.subscription_id, Event.id, Delivery.attempt_count,
-                   Delivery.last_status_code, Delivery.dead_lettered_at, Event.type, Subscription.team_id)
+                   Delivery.last_status_code, Delivery.dead_lettered_at, Event.type, Subscription.team_id, Consumer.uid)
             .join(Event, Event.key == Delivery.event_key)
             .join(Subscription, Subscription.id == Delivery.subscription_id)
+            .outerjoin(Consumer, Consumer.id == Subscription.consumer_id)
             .where(Delivery.subscription_id.in_(with_dead), Delivery.state == DeliveryState.DEAD,
                    Delivery.dead_lettered_at >= since, Delivery.dead_lettered_at < upto)
             .order_by(Delivery.dead_lettered_at).limit(MAX_DEAD_LETTER_EVENTS)).all()
         if len(rows) == MAX_DEAD_LETTER_EVENTS:  # the rest on the next pass: the mark stops at the last one told
             db.session.execute(update(SweepMark).where(SweepMark.name == found.name).values(at=rows[-1].dead_lettered_at))
-        for delivery_id, sub_id, event_id, attempts, status, dead_at, event_type, team_id in rows:
+        for delivery_id, sub_id, event_id, attempts, status, dead_at, event_type, team_id, uid in rows:
             if event_type.startswith("promesa."):
                 continue  # an operational event's own dead letter announces nothing: no chains
-            staged += notify("delivery.dead", text=f"Delivery {delivery_id} dead-lettered",
+            to_whom = f" (consumer {uid})" if uid else ""
+            staged += notify("delivery.dead", text=f"Delivery {delivery_id}{to_whom} dead-lettered",
                              path=f"/deliveries/{delivery_id}", team_id=team_id,
-                             data={"delivery_id": delivery_id, "subscription_id": sub_id, "event_id": event_id,
+                             data={"delivery_id": delivery_id, "subscription_id": sub_id, "consumer": uid,
+                                   "event_id": event_id,
                                    "event_type": event_type, "attempts": attempts, "last_status_code": status,
                                    "dead_lettered_at": iso(dead_at)})
     db.session.commit()

@@ -7,6 +7,7 @@ letters in chunks with `subscriptions.restart` (the same code as a one-subscript
 stamping each with the replay's id so its outcomes can be counted live.
 A second `start()` with the same filter while one is queued or running returns that one.
 A discard is the same job (a row of kind "discard"): its chunks end the dead letters `discarded`.
+A recover ("replay since", kind "recover") too: its chunks are a consumer's events (dashboard.operations.recover).
 One job of a team runs at a time: another of the team stays queued, and the one that ends starts it.
 """
 
@@ -31,6 +32,7 @@ from dashboard.core.extensions import db
 from dashboard.core.validation import TYPE_PATTERN, ApiError, parse_id, parse_time
 from dashboard.models import (
     AuditEntry,
+    Consumer,
     Delivery,
     DeliveryState,
     Event,
@@ -39,7 +41,7 @@ from dashboard.models import (
     ReplayState,
     Subscription,
 )
-from dashboard.operations import notifications
+from dashboard.operations import notifications, recover
 from dashboard.queue import lanes
 from dashboard.schemas import MAX_SELECTED_DEAD_LETTERS
 from dashboard.subscriptions import service as subscription_service
@@ -197,30 +199,51 @@ def start(dead: DeadLetterFilter, kind: str = ReplayKind.REPLAY) -> tuple[Replay
         raise ApiError(404, "no such subscription")  # outside what the actor may operate: it does not exist
     if sub is not None and dead.team_id is None:  # one spelling per filter, so a second click finds the first
         dead = dataclasses.replace(dead, team_id=sub.team_id)
-    key = job_key(dead, kind)
+    return _store(kind, dead.as_json(), job_key(dead, kind), team_id=sub.team_id if sub is not None else dead.team_id,
+                  subscription_id=sub.id if sub is not None else None,
+                  total=lambda now: count(dead.where() + [Delivery.dead_lettered_at <= now]))
+
+
+def start_recover(consumer: Consumer, subscription: Subscription, since: dt.datetime) -> tuple[Replay, bool]:
+    """"Replay since" (a recover): every event addressed to `consumer` accepted at or after `since` (naive UTC),
+    to `subscription`, one of its endpoints, as a job with progress; (replay, started). An event with no
+    delivery to it gets one, a dead one is sent again, one delivered or on its way is left alone; only the event
+    types the subscription takes. A second start for the same consumer, subscription and time while one is queued
+    or running returns that one (started False). The caller has checked the actor may operate the consumer."""
+    if subscription.consumer_id != consumer.id or consumer.deleted_at is not None:
+        raise ApiError(422, f"subscription {subscription.id} is not an endpoint of consumer {consumer.uid!r}")
+    subscription_service.not_deleted(subscription)
+    wanted = recover.RecoverFilter(consumer_id=consumer.id, consumer=consumer.uid, subscription_id=subscription.id,
+                            team_id=consumer.team_id, since=since)
+    return _store(ReplayKind.RECOVER, wanted.as_json(), wanted.key(), team_id=consumer.team_id,
+                  subscription_id=subscription.id, total=lambda now: wanted.count(subscription, now))
+
+
+def _store(kind: str, filter_json: dict, key: str, *, team_id: int | None, subscription_id: str | None,
+           total) -> tuple[Replay, bool]:
+    """The row of a bulk job, its audit entry, and after the commit its job: or the active one with this key.
+    `total(now)`: how much it matches when asked for."""
     running = active_with(key)
     if running is not None:
         return running, False
     now = current_app.config["CLOCK"].now()
-    total = count(dead.where() + [Delivery.dead_lettered_at <= now])
-    job, (actor_kind, name) = kind, audit.current_actor()
-    replay = Replay(kind=job, actor_kind=actor_kind, actor=name, filter=dead.as_json(), filter_key=key, total=total,
-                    done=0, succeeded=0, failed=0, created_at=now,
-                    team_id=sub.team_id if sub is not None else dead.team_id,
-                    subscription_id=sub.id if sub is not None else None,
-                    state=ReplayState.QUEUED if total else ReplayState.FINISHED,
-                    finished_at=None if total else now)
+    matched = total(now)
+    actor_kind, name = audit.current_actor()
+    replay = Replay(kind=kind, actor_kind=actor_kind, actor=name, filter=filter_json, filter_key=key, total=matched,
+                    done=0, succeeded=0, failed=0, created_at=now, team_id=team_id, subscription_id=subscription_id,
+                    state=ReplayState.QUEUED if matched else ReplayState.FINISHED,
+                    finished_at=None if matched else now)
     db.session.add(replay)
     try:
         db.session.flush()
     except IntegrityError:  # the same filter was started by a concurrent click: show that one
         db.session.rollback()
         return active_with(key), False
-    _record(replay, f"{replay.kind}.started", deliveries=total, detail=replay.filter)
-    if not total:
+    _record(replay, f"{replay.kind}.started", deliveries=matched, detail=replay.filter)
+    if not matched:
         on_finished(replay)
     db.session.commit()
-    if total:  # after the commit: the job must find its row
+    if matched:  # after the commit: the job must find its row
         try:
             _enqueue(replay.id)
         except (redis.RedisError, OSError) as exc:  # say so on the replay's page; never leave it queued forever
@@ -273,25 +296,12 @@ def run(replay_id: str) -> dict:
         if not _claim(replay_id, clock.now()):  # cancelled before it started, another worker has it, or it
             return {"replay": replay_id, "ran": False}  # waits for its team's running one, which starts it
         replay = db.session.get(Replay, replay_id)
-        # Only what was dead when it was asked for, and never the same delivery twice.
-        where = DeadLetterFilter.from_json(replay.filter).where() + [
-            Delivery.dead_lettered_at <= replay.created_at,
-            or_(Delivery.replay_id.is_(None), Delivery.replay_id != replay_id)]
-        while True:
-            ids = db.session.scalars(select(Delivery.id).where(*where)
-                                     .order_by(Delivery.dead_lettered_at, Delivery.id).limit(chunk)).all()
-            if not ids:
-                break
-            if replay.kind == ReplayKind.DISCARD:
-                restarted, moved = [], discard_dead(Delivery.id.in_(ids), job_id=replay_id)
-            else:
-                restarted = subscription_service.restart(
-                    Delivery.id.in_(ids), Delivery.state == DeliveryState.DEAD, replay_id=replay_id)
-                moved = len(restarted)
+        chunks = recover.chunks(replay, chunk) if replay.kind == ReplayKind.RECOVER else _dead_chunks(replay, chunk)
+        for restarted, moved in chunks:
             progressed = db.session.execute(
                 update(Replay).where(Replay.id == replay_id, Replay.state == ReplayState.RUNNING)
                 .values(done=Replay.done + moved)).rowcount
-            if not progressed:  # cancelled meanwhile: this chunk stays dead
+            if not progressed:  # cancelled meanwhile: this chunk stays as it was
                 db.session.rollback()
                 return {"replay": replay_id, "ran": True, "cancelled": True}
             db.session.commit()
@@ -305,6 +315,22 @@ def run(replay_id: str) -> dict:
         raise
     finally:
         db.session.remove()
+
+
+def _dead_chunks(replay: Replay, chunk: int):
+    """A replay's or a discard's chunks of dead letters: (restarted, how many moved), each left uncommitted."""
+    # Only what was dead when it was asked for, and never the same delivery twice.
+    where = DeadLetterFilter.from_json(replay.filter).where() + [
+        Delivery.dead_lettered_at <= replay.created_at,
+        or_(Delivery.replay_id.is_(None), Delivery.replay_id != replay.id)]
+    while ids := db.session.scalars(select(Delivery.id).where(*where)
+                                    .order_by(Delivery.dead_lettered_at, Delivery.id).limit(chunk)).all():
+        if replay.kind == ReplayKind.DISCARD:
+            yield [], discard_dead(Delivery.id.in_(ids), job_id=replay.id)
+        else:
+            restarted = subscription_service.restart(
+                Delivery.id.in_(ids), Delivery.state == DeliveryState.DEAD, replay_id=replay.id)
+            yield restarted, len(restarted)
 
 
 def _requeue(replay_id: str) -> bool:
@@ -367,7 +393,7 @@ def on_finished(replay: Replay) -> None:
                 detail={"total": replay.total, "requeued": replay.done, **({"error": replay.error} if replay.error else {})})
     elif not live["waiting"]:  # nothing on its way (nothing matched, or all of it held): its outcome is known now
         _record_outcome(replay, live)
-    if replay.kind == ReplayKind.REPLAY and replay.state == ReplayState.FINISHED and replay.done:
+    if replay.kind in ReplayKind.SENDS and replay.state == ReplayState.FINISHED and replay.done:
         # Re-queued, not yet delivered (held ones not even sent): the replay's page follows the outcomes.
         notifications.replay_finished(subscription_id=replay.subscription_id, team_id=replay.team_id,
                                       replayed=replay.done, held=live["held"], sent=live["sent"],
@@ -377,19 +403,19 @@ def on_finished(replay: Replay) -> None:
 def _record_outcome(replay: Replay, live: dict) -> None:
     """The finished replay's audit entry, with the final counts; its row keeps them too."""
     replay.succeeded, replay.failed = live["succeeded"], live["failed"]
-    _record(replay, "replay.finished", deliveries=replay.done,
+    _record(replay, f"{replay.kind}.finished", deliveries=replay.done,
             detail={"total": replay.total, "requeued": replay.done, "delivered": live["succeeded"],
                     "failed": live["failed"], "held": live["held"], "waiting": live["waiting"]})
 
 
 def record_outcomes(now: dt.datetime) -> int:
-    """A step of the sweeper's minute: each finished replay whose re-queued deliveries are no longer on their
-    way (delivered, dead again, or held until resume) gets its `replay.finished` entry, once (the entry marks
-    it). Returns how many."""
+    """A step of the sweeper's minute: each finished replay (or recover) whose re-queued deliveries are no longer
+    on their way (delivered, dead again, or held until resume) gets its `replay.finished` (`recover.finished`)
+    entry, once (the entry marks it). Returns how many."""
     recorded = literal_column("'replay:'") + Replay.id
     pending = db.session.scalars(
-        select(Replay).where(Replay.kind == ReplayKind.REPLAY, Replay.state == ReplayState.FINISHED,
-                             ~select(AuditEntry.id).where(AuditEntry.action == "replay.finished",
+        select(Replay).where(Replay.kind.in_(ReplayKind.SENDS), Replay.state == ReplayState.FINISHED,
+                             ~select(AuditEntry.id).where(AuditEntry.action == Replay.kind + ".finished",
                                                           AuditEntry.target == recorded).exists())
         .order_by(Replay.finished_at).with_for_update(skip_locked=True)).all()
     told = 0
@@ -424,7 +450,7 @@ def outcomes(replay_id: str) -> dict:
 
 def progress_word(replay: Replay, live: dict) -> str:
     """What a replay's state means to the people waiting on it: "finished" only once all of it was sent."""
-    if replay.kind == ReplayKind.REPLAY and replay.state == ReplayState.FINISHED:
+    if replay.kind in ReplayKind.SENDS and replay.state == ReplayState.FINISHED:
         if live["held"]:
             return "held until resume"
         if live["waiting"]:

@@ -4,7 +4,9 @@
 - a dead letter and its attempts: until it is replayed (it is then no longer dead), or
   `PROMESA_DEAD_RETENTION_DAYS` (default 90) after it was given up on; a discarded one as long;
 - an event: as long as one of its deliveries is kept. Events that never had a delivery (no
-  subscription wanted them) go `PROMESA_RETENTION_DAYS` after they were accepted;
+  subscription wanted them, or their consumer had no endpoint yet: "replay since" reaches back this far)
+  go `PROMESA_RETENTION_DAYS` after they were accepted. An event addressed to a consumer is kept as any
+  other; consumers themselves are never pruned;
 - a receiver check: `PROMESA_RETENTION_DAYS` after it started, except each subscription's newest,
   which its page shows as long as the subscription exists.
 

@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from dashboard.core.clock import iso
 from dashboard.core.extensions import db
-from dashboard.models import Attempt, Delivery, Subscription
+from dashboard.models import Attempt, ConsumerState, Delivery, Subscription
 
 WINDOW = dt.timedelta(hours=24)
 MAX_ATTEMPTS = 2000  # the newest this many attempts of the window: enough to see a pattern, cheap to read
@@ -124,6 +124,8 @@ class Diagnosis:
     p95_ms: int | None  # answer time of the window's answered attempts (timeouts included, at their duration)
     groups: list[Group]
     limit_seconds: float  # the subscription's whole-attempt timeout (10 s unless lowered)
+    consumer: str | None = None  # the uid of the consumer whose endpoint it is (None: the team's own)
+    consumer_disabled: bool = False  # its deliveries are held by the consumer, whatever the endpoint does
 
     def advice(self, group: Group) -> str:
         text = ADVICE[group.cause].format(limit=self.limit_seconds)
@@ -169,12 +171,14 @@ def diagnose(sub: Subscription, now: dt.datetime) -> Diagnosis:
             group.status_codes.add(row.status_code)
     ordered = sorted(groups.values(), key=lambda g: (-g.count, ORDER.index(g.cause)))
     return Diagnosis(since=since, attempts=len(rows), failures=sum(g.count for g in ordered),
-                     p95_ms=p95(timed), groups=ordered,
-                     limit_seconds=sub.attempt_timeout)
+                     p95_ms=p95(timed), groups=ordered, limit_seconds=sub.attempt_timeout,
+                     consumer=sub.consumer.uid if sub.consumer_id is not None else None,
+                     consumer_disabled=sub.consumer_id is not None and sub.consumer.state == ConsumerState.DISABLED)
 
 
 def as_json(sub: Subscription, d: Diagnosis) -> dict:
-    return {"subscription_id": sub.id, "since": iso(d.since), "attempts": d.attempts, "failures": d.failures,
+    return {"subscription_id": sub.id, "consumer": d.consumer, "consumer_disabled": d.consumer_disabled,
+            "since": iso(d.since), "attempts": d.attempts, "failures": d.failures,
             "p95_ms": d.p95_ms, "timeout_limit_seconds": d.limit_seconds,
             "groups": [{"cause": g.cause, "label": g.label, "count": g.count, "last_at": iso(g.last_at),
                         "example": g.example, "status_codes": sorted(g.status_codes), "advice": d.advice(g)}

@@ -10,17 +10,14 @@ import pytest
 from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
-from dashboard.delivery import jobs
-from dashboard.delivery.worker import DeliveryWorker
 from dashboard.operations import replays
 from dashboard.core.extensions import db
 from dashboard.models import AuditEntry, Delivery, Event, Replay, Subscription
 from dashboard.queue import lanes
-from dashboard.queue.work import WorkQueue
 from dashboard.web.api import shapes
 
 from tests.conftest import Producer
-from tests.support.pipeline import deliver_due
+from tests.support.pipeline import deliver_due, run_worker
 
 
 @pytest.fixture(autouse=True)
@@ -47,19 +44,6 @@ def fix_receiver(sub_id, receiver):
     """The team repaired its endpoint: it answers 200 from now on."""
     db.session.execute(update(Subscription).where(Subscription.id == sub_id).values(url=receiver.url + "/ok"))
     db.session.commit()
-
-
-def run_worker(app):
-    """A real RQ worker on the app's queues, as `promesa worker --burst` and the lanes' workers run it: replay jobs
-    (and checks) first, then the drain jobs they start. Promesa's worker class: RQ's own can take a minute to stop."""
-    work = WorkQueue.for_app(app)
-    with app.app_context():  # a worker process's own context and database session
-        queues = [*(lanes.queue(lane, app).name for lane in lanes.LANES), work.rq.name]
-        DeliveryWorker(queues, connection=work.conn).work(burst=True)
-    engine = jobs._engines.pop(id(app), None)  # a worker process keeps its engine; a test closes it
-    if engine is not None:
-        engine.close()
-    db.session.expire_all()
 
 
 def states(ids):

@@ -193,3 +193,31 @@ def test_the_overview_says_what_is_kept(app, client, auth, users):
     page = client.get("/").get_data(as_text=True)
     assert "succeeded deliveries and their attempts for 14 days" in page
     assert "dead letters until replayed, or for 60 days" in page
+
+
+def test_events_addressed_to_a_consumer_go_as_others_do_and_the_consumer_stays(app, producer, receiver, clock):
+    """Issue 37: a consumer's events, delivered or not yet routed anywhere (it had no endpoint), are pruned on the
+    same schedule as the team's own; the consumer, its endpoint and its routing stay."""
+    producer.put_consumer("alice")
+    producer.put_consumer("bob")  # no endpoint yet: its event is kept with no delivery
+    alices = producer.subscribe(receiver.url + "/ok/alice", consumer="alice")
+    to_alice = producer.post("/api/v1/events", {"type": "invoice.paid", "consumer": "alice"}).get_json()
+    to_bob = producer.post("/api/v1/events", {"type": "invoice.paid", "consumer": "bob"}).get_json()
+    assert (to_alice["deliveries"], to_bob["deliveries"]) == (1, 0)
+    deliver_due(app, clock)
+    clock.advance(days=29)
+    assert not Pruner(app).prune()  # within the retention: both kept (a "replay since" can still reach bob's)
+    assert rows_of(to_alice["id"]) == (1, 1, 1) and rows_of(to_bob["id"]) == (1, 0, 0)
+
+    clock.advance(days=1, seconds=1)
+    pruned = Pruner(app).prune()
+    assert (pruned.deliveries, pruned.attempts, pruned.events) == (1, 1, 2)
+    assert rows_of(to_alice["id"]) == (0, 0, 0) and rows_of(to_bob["id"]) == (0, 0, 0)
+    for uid, endpoints in (("alice", 1), ("bob", 0)):
+        kept = producer.get(f"/api/v1/consumers/{uid}").get_json()
+        assert (kept["uid"], kept["state"], kept["subscriptions"], kept["deleted_at"]) == (uid, "active", endpoints, None)
+    again = producer.post("/api/v1/events", {"type": "invoice.paid", "consumer": "alice"}).get_json()
+    assert again["deliveries"] == 1
+    deliver_due(app, clock)
+    assert receiver.count("/ok/alice") == 2 and rows_of(again["id"]) == (1, 1, 1)
+    assert alices["consumer"] == "alice"

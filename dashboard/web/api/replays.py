@@ -1,14 +1,16 @@
 """Bulk replay and discard over the API: start one for a subscription (a job, answered at once), then
-follow it; and "give up now" on scheduled deliveries."""
+follow it; "replay since" for a consumer; and "give up now" on scheduled deliveries."""
 
 from __future__ import annotations
 
 from flask import g, jsonify
+from sqlalchemy import select
 
 from dashboard import schemas
+from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
-from dashboard.models import Replay, ReplayKind, Subscription, SubscriptionState
+from dashboard.models import ConsumerState, Replay, ReplayKind, Subscription, SubscriptionState
 from dashboard.operations import replays as replay_service
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.api import bp, shapes
@@ -29,9 +31,25 @@ def start_replay(subscription_id, body: schemas.BulkReplayInput):
     return _started(*replay_service.start(dead))
 
 
+@bp.post("/consumers/<uid>/replay-since")
+@operation("Replay since (recover): every event addressed to the consumer accepted since a time, to one of its "
+           "endpoints, as a job with progress. Events with no delivery to it get one (it registered late), dead ones "
+           "are sent again, delivered ones are left alone. Follow it at /replays/{id}",
+           body=schemas.RecoverInput, responses={202: schemas.ReplayStarted}, errors=(409, 422),
+           links_to="replay_id")
+def replay_since(uid, body: schemas.RecoverInput):
+    consumer = consumer_service.team_consumer(g.team, uid)
+    sub = db.session.scalar(select(Subscription).where(Subscription.id == body.subscription_id,
+                                                       Subscription.consumer_id == consumer.id))
+    if sub is None:
+        raise ApiError(422, f"subscription_id: consumer {consumer.uid!r} has no subscription {body.subscription_id!r}")
+    return _started(*replay_service.start_recover(consumer, sub, parse_time(body.since, "since")))
+
+
 def _started(replay: Replay, started: bool):
     sub = db.session.get(Subscription, replay.subscription_id)
-    held = replay.kind == ReplayKind.REPLAY and sub.state != SubscriptionState.ACTIVE
+    consumer_disabled = sub.consumer is not None and sub.consumer.state == ConsumerState.DISABLED
+    held = replay.kind in ReplayKind.SENDS and (sub.state != SubscriptionState.ACTIVE or consumer_disabled)
     return jsonify(shapes.replay_started(replay, started) | {"held_until_resume": held}), 202
 
 

@@ -107,7 +107,8 @@ def replay_started(r: Replay, started: bool) -> dict:
 
 def incident(i: Incident) -> dict:
     """An incident as its page tells it: what fired, in words, who is on it, and the link to the page."""
-    return {"id": i.id, "subscription_id": i.subscription_id, "state": i.state, "title": title(i.rule),
+    return {"id": i.id, "subscription_id": i.subscription_id, "consumer": incident_service.consumer_uid(i),
+            "state": i.state, "title": title(i.rule),
             "rules": [i.rule, *(r for r in incident_service.rules_of(i) if r != i.rule)],
             "figures": incident_service.describe_figures(i), "opened_at": iso(i.opened_at),
             "first_seen_at": iso(i.first_seen_at), "acknowledged_at": iso(i.acknowledged_at),
