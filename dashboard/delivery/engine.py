@@ -84,6 +84,9 @@ ATTEMPTS = Attempt.__table__
 POP_BATCH = 200
 # Claimed deliveries kept in one drain (in flight + waiting for their subscription), per in-flight slot.
 LOCAL_CAPACITY = 4
+# A subscription holding its team's whole share with requests this old is slow: the team's other work is popped
+# and started beside it (_Drain.concentrated_teams). A healthy endpoint's requests end well before.
+CONCENTRATED_SECONDS = 0.5
 # A saturated subscription keeps about this many seconds of work waiting here; the rest is handed back.
 WAIT_TARGET_SECONDS = 2.0
 # A handed-back delivery is due again no sooner than this, and no later than the cap (so an
@@ -610,7 +613,8 @@ class DeliveryEngine:
             # After a pop that skipped teams and found nothing, the next waits a little (a newcomer is all it
             # can find), unless a team has stopped being skipped.
             if ((closing_at is None or now < closing_at) and run.claiming is None and room > 0
-                    and (len(run.in_flight) < self.max_in_flight or skip) and now >= gather_until
+                    and (len(run.in_flight) < self.max_in_flight or skip or run.concentrated_teams())
+                    and now >= gather_until
                     and (now >= next_pop or not polled_skip <= set(skip))):
                 items = self.work.pop_ready(room, skip)
                 popped = len(items)
@@ -843,6 +847,7 @@ class _Drain:
         self.team_slots: Counter = Counter()
         self.team_waiting: Counter = Counter()
         self.team_waiting_subs: Counter = Counter()  # per team, its subscriptions with deliveries waiting here
+        self.team_of: dict[str, str] = {}  # the team of each subscription that has had a request in flight here
         self.arriving_subs: dict[str, int] = {}  # per team, the subscriptions of the claim being taken
         self.wanting: frozenset = frozenset()
         self.active: frozenset = frozenset()
@@ -883,24 +888,44 @@ class _Drain:
             if expected is not None and expected >= self.closing_at - time.monotonic():
                 return False
         share = self.share(team)
-        if self.team_slots.get(team, 0) < share:
+        # Within the team, the same again between its subscriptions that want slots (its consumers' endpoints).
+        others = self.team_waiting_subs.get(team, 0) + self.arriving_subs.get(team, 0) - (sub in self.waiting)
+        part = max(1, share // (others + 1))
+        # A subscription under its part of its team's share starts as a newcomer team would, even while another
+        # subscription of its team holds the whole share: one consumer's slow endpoint never holds back another's.
+        if self.team_slots.get(team, 0) < share or (others > 0 and held < part):
             if self.slots >= 2 * engine.max_in_flight:
                 return False
         elif not (self.slots < engine.max_in_flight and len(self.wanting) == (team in self.wanting)):
             return False
-        # Within the team, the same again between its subscriptions that want slots.
-        others = self.team_waiting_subs.get(team, 0) + self.arriving_subs.get(team, 0) - (sub in self.waiting)
-        return others <= 0 or held < max(1, share // (others + 1))
+        return others <= 0 or held < part
+
+    def concentrated_teams(self) -> set[str]:
+        """Teams holding their share of the slots in one slow subscription alone (its oldest request in flight for
+        CONCENTRATED_SECONDS). Their other subscriptions' work may start beside it (may_start), so it is popped
+        from Redis, and the slow one's handed back (admit)."""
+        top: dict[str, tuple[int, str]] = {}
+        for sub, held in self.per_subscription.items():
+            if held > 0:
+                team = self.team_of[sub]
+                if held > top.get(team, (0, ""))[0]:
+                    top[team] = held, sub
+        if not top:
+            return set()
+        slow_since = time.monotonic() - CONCENTRATED_SECONDS
+        return {team for team, (held, sub) in top.items()
+                if held == self.team_slots.get(team, 0) >= self.share(team) and min(self.started_at[sub]) < slow_since}
 
     def full_teams(self) -> list[str]:
         """Teams this drain can start nothing more for, or holds enough work of already: a pop leaves
         their work in Redis, so that room here goes to the other teams."""
         full = []
+        concentrated = self.concentrated_teams()
         for team in self.team_slots.keys() | self.team_waiting.keys():
             share = self.share(team)
             load = self.team_slots.get(team, 0) + self.team_waiting.get(team, 0)
             if load >= LOCAL_CAPACITY * share or (
-                    self.team_slots.get(team, 0) >= share
+                    team not in concentrated and self.team_slots.get(team, 0) >= share
                     and not (self.slots < self.engine.max_in_flight and len(self.wanting) == (team in self.wanting))):
                 full.append(team)
         return full
@@ -1045,6 +1070,7 @@ class _Drain:
         if item.turn is None:
             task = self.engine.start(self.session, item, attempted_at, timestamp)
             self.per_subscription[sub] += 1
+            self.team_of[sub] = item.team_id
             self.started_at.setdefault(sub, []).append(began)
             self.slots += 1
             held = self.team_slots[item.team_id] = self.team_slots.get(item.team_id, 0) + 1

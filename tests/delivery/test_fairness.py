@@ -111,11 +111,8 @@ def test_one_consumers_hanging_endpoint_does_not_slow_the_same_teams_other_consu
     assert stats.peak_by_team[str(producer.team.id)] >= 8  # a lone team still uses every slot
 
 
-# The engine shares a team's slots between its subscriptions only among work already in the drain: a consumer whose
-# first event comes while another consumer of its team holds every slot waits for one of those requests to end (and
-# the drain leaves its team's work in Redis meanwhile, _Drain.full_teams). A newcomer team does not wait so.
-@pytest.mark.xfail(strict=True, reason="issue 37: a subscription with nothing in flight waits while another "
-                                       "subscription of its team holds the team's whole share (see the report)")
+# A consumer whose first event comes while another consumer of its team holds every slot with slow requests is
+# popped and started beside them, as a newcomer team would be (engine _Drain.concentrated_teams, may_start).
 def test_a_consumer_arriving_while_another_of_its_team_holds_every_slot_is_not_held_back(
         app, producer, receiver, clock):
     from dashboard.delivery.engine import DeliveryEngine
