@@ -173,3 +173,18 @@ def subscription_counts(consumer_ids: list[int]) -> dict[int, int]:
         select(Subscription.consumer_id, func.count()).where(Subscription.consumer_id.in_(consumer_ids),
                                                              Subscription.deleted_at.is_(None))
         .group_by(Subscription.consumer_id)).all())
+
+
+def ids_named(team_id: int, uid: str):
+    """The ids of every consumer this team has given this uid, deleted ones too (a subquery): the filters of the
+    dead-letter desk, the events page and the audit log follow the uid, as the log's "consumer:<uid>" does."""
+    return select(Consumer.id).where(Consumer.team_id == team_id, Consumer.uid == uid).scalar_subquery()
+
+
+def endpoints_of(consumer_ids: list[int]) -> list[Subscription]:
+    """The live subscriptions of these consumers (a page of them), by URL."""
+    if not consumer_ids:
+        return []
+    return db.session.scalars(select(Subscription).where(Subscription.consumer_id.in_(consumer_ids),
+                                                         Subscription.deleted_at.is_(None))
+                              .order_by(Subscription.url, Subscription.id)).all()

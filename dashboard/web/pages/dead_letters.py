@@ -38,13 +38,23 @@ def operable(dead: replay_service.DeadLetterFilter) -> replay_service.DeadLetter
     return dataclasses.replace(dead, team_id=teams[0])
 
 
+def own_team_default(args) -> dict:
+    """The filter's arguments, with the user's own team when a consumer is named without one (an owner's or
+    member's consumer filter needs no team picked: a uid names a consumer within one team)."""
+    args = args.to_dict()
+    if args.get("consumer") and not args.get("team") and current_user.role not in access.GLOBAL_READERS \
+            and current_user.team_id is not None:
+        args["team"] = str(current_user.team_id)
+    return args
+
+
 @bp.get("/dead-letters")
 @login_required
 def dead_letters():
     visible = access.visible_to(current_user, Subscription.team_id)
     error = None
     try:
-        dead = replay_service.DeadLetterFilter.from_args(request.args)
+        dead = replay_service.DeadLetterFilter.from_args(own_team_default(request.args))
         rows, cursor = replay_service.page(dead.where(visible), request.args.get("before"), PAGE)
     except ApiError as exc:
         error, dead = exc, replay_service.DeadLetterFilter()
@@ -95,7 +105,7 @@ def _start_job(kind: str):
     if access.operable_team_ids(current_user) == []:
         abort(403)
     try:
-        dead = replay_service.DeadLetterFilter.from_args(request.form)
+        dead = replay_service.DeadLetterFilter.from_args(own_team_default(request.form))
         if request.form.get("which") == "selected":
             selected = tuple(request.form.getlist("delivery_id"))
             if not selected:
