@@ -181,10 +181,28 @@ def ids_named(team_id: int, uid: str):
     return select(Consumer.id).where(Consumer.team_id == team_id, Consumer.uid == uid).scalar_subquery()
 
 
-def endpoints_of(consumer_ids: list[int]) -> list[Subscription]:
-    """The live subscriptions of these consumers (a page of them), by URL."""
+def endpoints_of(team_id: int, consumer_ids: list[int]) -> list[Subscription]:
+    """The live subscriptions of these consumers of the team (a page of them), by URL: a range of
+    ix_subscriptions_team_consumer per consumer."""
     if not consumer_ids:
         return []
-    return db.session.scalars(select(Subscription).where(Subscription.consumer_id.in_(consumer_ids),
+    return db.session.scalars(select(Subscription).where(Subscription.team_id == team_id,
+                                                         Subscription.consumer_id.in_(consumer_ids),
                                                          Subscription.deleted_at.is_(None))
                               .order_by(Subscription.url, Subscription.id)).all()
+
+
+def search_page(team: Team, search: str, limit: int, after: str | None) -> tuple[list[Consumer], str | None]:
+    """The dashboard's search: the team's live consumers whose uid starts with `search` (an index range) or whose
+    name contains it (any case; names have no index, so that part reads the team's consumers), merged in uid
+    order, after `after`. Two queries: one OR of both would read every consumer for a uid prefix too."""
+    live = select(Consumer).where(Consumer.team_id == team.id, Consumer.deleted_at.is_(None))
+    if after:
+        live = live.where(Consumer.uid > after)
+    by_uid = live.where(Consumer.uid >= search, Consumer.uid < search + _PAST_UID_CHARACTERS)
+    by_name = live.where(func.lower(Consumer.name).contains(search.lower(), autoescape=True))
+    found = {c.id: c for query in (by_uid, by_name)
+             for c in db.session.scalars(query.order_by(Consumer.uid).limit(limit + 1))}
+    rows = sorted(found.values(), key=lambda c: c.uid)[:limit + 1]  # uids are ASCII: Python's order is the index's
+    shown = rows[:limit]
+    return shown, shown[-1].uid if len(rows) > limit else None

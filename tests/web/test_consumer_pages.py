@@ -74,6 +74,9 @@ def test_the_list_finds_by_uid_prefix_or_name_and_pages_by_uid(client, auth, pro
         nxt = re.search(r'href="(/consumers\?[^"]*after=[^"]+)">Next', html)
         url = nxt.group(1).replace("&amp;", "&") if nxt else None
     assert seen == ["cus_a1", "cus_a2", "cus_b1", "zed"]
+    found, html = uids("/consumers?q=cus")  # a search pages too, and keeps its words
+    nxt = re.search(r'href="(/consumers\?[^"]*after=[^"]+)">Next', html).group(1).replace("&amp;", "&")
+    assert found == ["cus_a1", "cus_a2"] and "q=cus" in nxt and uids(nxt)[0] == ["cus_b1"]
 
 
 def test_those_who_see_every_team_pick_one(client, auth, producer, users):

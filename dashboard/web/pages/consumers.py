@@ -99,8 +99,9 @@ def consumers():
     after = (request.args.get("after") or "").strip()[:100] or None
     shown, next_after, health = [], None, {}
     if team is not None:
-        shown, next_after = consumer_service.page(team, None, PAGE, after, search=q or None)
-        rows = figures.overview_rows(db.session, consumer_service.endpoints_of([c.id for c in shown]),
+        shown, next_after = consumer_service.search_page(team, q, PAGE, after) if q else \
+            consumer_service.page(team, None, PAGE, after)
+        rows = figures.overview_rows(db.session, consumer_service.endpoints_of(team.id, [c.id for c in shown]),
                                      current_app.config["CLOCK"].now())
         health = figures.consumer_health(rows)
     return render_template("consumers/page.html", teams=teams, team=team, q=q, consumers=shown, health=health,
@@ -112,7 +113,7 @@ def consumers():
 def consumer(team_id, uid):
     found = visible_consumer(team_id, uid)
     now = current_app.config["CLOCK"].now()
-    rows = figures.overview_rows(db.session, consumer_service.endpoints_of([found.id]), now)
+    rows = figures.overview_rows(db.session, consumer_service.endpoints_of(team_id, [found.id]), now)
     dead = replay_service.DeadLetterFilter(team_id=team_id, consumer=uid)
     where = dead.where(access.visible_to(current_user, Subscription.team_id))
     dead_letters, _ = replay_service.page(where, None, DEAD_LETTERS)
