@@ -218,8 +218,8 @@ def test_the_consumer_filter_on_the_overview_the_events_and_the_audit_log(app, c
 def test_the_dead_letter_desk_replays_one_consumers_dead_letters(app, client, auth, producer, receiver, users, clock):
     producer.put_consumer("cus_1")
     producer.put_consumer("cus_2")
-    _, dead_1 = make_dead(app, clock, producer, receiver, "cus_1", 2)
-    _, dead_2 = make_dead(app, clock, producer, receiver, "cus_2", 1)
+    sub_1, dead_1 = make_dead(app, clock, producer, receiver, "cus_1", 2)
+    sub_2, dead_2 = make_dead(app, clock, producer, receiver, "cus_2", 1)
     _, dead_own = make_dead(app, clock, producer, receiver, None, 1)
     other = Producer(client, "other")
     other.put_consumer("cus_1")  # the same uid in another team is another consumer
@@ -231,6 +231,7 @@ def test_the_dead_letter_desk_replays_one_consumers_dead_letters(app, client, au
     html = client.get(f"/dead-letters?team={team}&consumer=cus_1").get_data(as_text=True)
     assert '<strong id="matching">2</strong>' in html
     assert all(d in html for d in dead_1) and not any(d in html for d in dead_2 | dead_own | dead_other)
+    assert f'<option value="{sub_1}"' in html and f'<option value="{sub_2}"' not in html  # its endpoints to pick
 
     auth.login("owner")  # an owner's own team, unpicked
     html = client.get("/dead-letters?consumer=cus_1").get_data(as_text=True)

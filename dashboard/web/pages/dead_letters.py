@@ -10,6 +10,7 @@ from flask_login import current_user, login_required
 from sqlalchemy import select
 
 from dashboard.accounts import access
+from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import Delivery, ReplayKind, Subscription, Team
@@ -63,8 +64,11 @@ def dead_letters():
     narrowed = operable(dead)
     may_replay = narrowed is not None
     replayable = matching if narrowed == dead or not may_replay else replay_service.count(narrowed.where(visible))
-    subs = db.session.scalars(access.restrict(select(Subscription), current_user, Subscription.team_id)
-                              .order_by(Subscription.url)).all()
+    subs_query = access.restrict(select(Subscription), current_user, Subscription.team_id)
+    if dead.consumer:  # the consumer's own endpoints to pick from, not every one of its team's
+        subs_query = subs_query.where(Subscription.team_id == dead.team_id, Subscription.consumer_id.in_(
+            consumer_service.ids_named(dead.team_id, dead.consumer)))
+    subs = db.session.scalars(subs_query.order_by(Subscription.url)).all()
     teams = db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
     warnings = failing_notes(dead.where(visible)) if may_replay and matching else []
     return render_template("dead_letters/page.html", dead=dead, args=dead.as_args(), rows=rows, cursor=cursor,
