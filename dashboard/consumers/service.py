@@ -193,16 +193,16 @@ def endpoints_of(team_id: int, consumer_ids: list[int]) -> list[Subscription]:
 
 
 def search_page(team: Team, search: str, limit: int, after: str | None) -> tuple[list[Consumer], str | None]:
-    """The dashboard's search: the team's live consumers whose uid starts with `search` (an index range) or whose
-    name contains it (any case; names have no index, so that part reads the team's consumers), merged in uid
-    order, after `after`. Two queries: one OR of both would read every consumer for a uid prefix too."""
+    """The dashboard's search, in uid order after `after`: the team's live consumers whose uid starts with
+    `search` (an index range), or, when no uid does, those whose name contains it (any case; names have no
+    index, so that reads the team's consumers). Never both: "uid starts with OR name contains" would read every
+    consumer of the team for a uid prefix too."""
     live = select(Consumer).where(Consumer.team_id == team.id, Consumer.deleted_at.is_(None))
-    if after:
-        live = live.where(Consumer.uid > after)
     by_uid = live.where(Consumer.uid >= search, Consumer.uid < search + _PAST_UID_CHARACTERS)
-    by_name = live.where(func.lower(Consumer.name).contains(search.lower(), autoescape=True))
-    found = {c.id: c for query in (by_uid, by_name)
-             for c in db.session.scalars(query.order_by(Consumer.uid).limit(limit + 1))}
-    rows = sorted(found.values(), key=lambda c: c.uid)[:limit + 1]  # uids are ASCII: Python's order is the index's
+    any_uid = db.session.scalar(by_uid.with_only_columns(Consumer.id).limit(1)) is not None
+    query = by_uid if any_uid else live.where(func.lower(Consumer.name).contains(search.lower(), autoescape=True))
+    if after:
+        query = query.where(Consumer.uid > after)
+    rows = db.session.scalars(query.order_by(Consumer.uid).limit(limit + 1)).all()
     shown = rows[:limit]
     return shown, shown[-1].uid if len(rows) > limit else None

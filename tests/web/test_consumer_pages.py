@@ -52,7 +52,7 @@ def _quick_drains(app):
 def test_the_list_finds_by_uid_prefix_or_name_and_pages_by_uid(client, auth, producer, users, monkeypatch):
     from dashboard.web.pages import consumers
 
-    for uid, name in [("cus_a1", "Alpha Corp"), ("cus_a2", "Beta Ltd"), ("cus_b1", "Alphabet Inc"), ("zed", "")]:
+    for uid, name in [("cus_a1", "Alpha Corp"), ("cus_a2", "Beta Zone Ltd"), ("cus_b1", "Alphabet Inc"), ("zed", "")]:
         producer.put_consumer(uid, name=name)
     Producer(client, "other").put_consumer("cus_a9", name="Alpha of another team")
     auth.login("member")
@@ -63,8 +63,9 @@ def test_the_list_finds_by_uid_prefix_or_name_and_pages_by_uid(client, auth, pro
 
     assert uids("/consumers?q=cus_a")[0] == ["cus_a1", "cus_a2"]  # by uid prefix, never another team's
     assert uids("/consumers?q=alpha")[0] == ["cus_a1", "cus_b1"]  # by words of the name, any case
+    assert uids("/consumers?q=z")[0] == ["zed"]  # a uid starts with it: the names with a z are not searched
     found, html = uids("/consumers?q=nobody")
-    assert found == [] and "No consumer of acme has a uid starting with, or a name containing, “nobody”" in html
+    assert found == [] and "No consumer of acme has a uid starting with “nobody”, nor a name containing it." in html
 
     monkeypatch.setattr(consumers, "PAGE", 2)
     seen, url = [], "/consumers"
