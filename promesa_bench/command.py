@@ -77,10 +77,10 @@ def seed_history(run: Run, settled: int) -> dict:
     return {"settled": settled, "seed_seconds": round(seconds, 1)}
 
 
-def run_dashboard(run: Run, attempts: int, samples: int) -> dict:
+def run_dashboard(run: Run, attempts: int, samples: int, consumers: int) -> dict:
     """Seed a dashboard's history and time its pages: promesa_bench.pages."""
 
-    return bench_pages.run_dashboard(run, attempts, samples)
+    return bench_pages.run_dashboard(run, attempts, samples, consumers)
 
 
 def _parse_receivers(spec: str | None) -> int:
@@ -121,6 +121,8 @@ def _stop_children_on_sigterm() -> None:
 @click.option("--dashboard", "dashboard", is_flag=True,
               help="also seed --dashboard-attempts attempt rows and time the dashboard's list pages")
 @click.option("--dashboard-attempts", default=1_000_000, show_default=True)
+@click.option("--dashboard-consumers", default=bench_pages.CONSUMERS, show_default=True,
+              help="with --dashboard: a team of this many consumers (one endpoint each) for the consumers pages")
 @click.option("--no-raw", is_flag=True, help="skip the raw baseline")
 @click.option("--rate-limit", "rate_limit", type=float, default=None,
               help="one more endpoint, as fast as the healthy ones, with this rate limit (deliveries/s): "
@@ -159,7 +161,7 @@ def _stop_children_on_sigterm() -> None:
 @click.option("--keep", is_flag=True, help="keep the temporary folder and the run's database rows")
 @click.option("--json", "as_json", is_flag=True, help="also print the result as one JSON object on the last line")
 def bench_command(events, workers, receivers, healthy, rate, publishers, batch, web_workers, preload, replay, dashboard,
-                  dashboard_attempts, no_raw, rate_limit, no_ingest_baseline, ingest_alone, prune_rows, scale,
+                  dashboard_attempts, dashboard_consumers, no_raw, rate_limit, no_ingest_baseline, ingest_alone, prune_rows, scale,
                   scale_settled, scale_due, plot, slow_seconds, timeout, history, soak, soak_prune_rows, soak_minute_seconds, access_log,
                   consumers, rounds, keep, as_json):
     """Deliveries/s, publish->receive latency and a raw HTTP baseline, measured in one run."""
@@ -196,7 +198,7 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
         result["throttled"] = throttled_result(run, rate_limit) if rate_limit else None
         raw = None if no_raw else run_raw(run)
         replayed = run_replay(run, replay, timeout) if replay else None
-        dashboard_result = run_dashboard(run, dashboard_attempts, 30) if dashboard else None
+        dashboard_result = run_dashboard(run, dashboard_attempts, 30, dashboard_consumers) if dashboard else None
         if prune_rows:
             pruning = run_prune(run, prune_rows, events, publishers, timeout, batch)
         else:
@@ -281,6 +283,11 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
         click.echo("dead-letter count for a filter:")
         for name, t in dashboard_result["dead_letter_counts"].items():
             click.echo(f"  {name:26s} p50 {t['p50_ms']} ms  p95 {t['p95_ms']} ms  ({t['matching']} matching)")
+        consumers = dashboard_result["consumers"]
+        click.echo(f"consumers pages, a team of {consumers['consumers']} consumers (one endpoint each; seeded in "
+                   f"{consumers['seed_seconds']} s), the timed one with {consumers['timed_dead_letters']} dead letters:")
+        for name, t in consumers["pages"].items():
+            click.echo(f"  {name:26s} p50 {t['p50_ms']} ms  p95 {t['p95_ms']} ms")
     if pruning:
         click.echo(f"delivery during a prune of {pruning['rows']} deliveries: {pruning['with_prune']['deliveries_per_s']}"
                    f" deliveries/s against {pruning['without']['deliveries_per_s']} without, ratio {pruning['ratio']} "

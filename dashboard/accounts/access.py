@@ -75,7 +75,12 @@ def can_view(user, sub) -> bool:
 def can_operate(user, sub) -> bool:
     """Pause, resume, disable, enable, replay, run a receiver check: operators and admins anywhere, owners
     on their own team."""
-    return user.role in GLOBAL_OPERATORS or (user.role == "owner" and _own_team(user, sub.team_id))
+    return can_operate_team(user, sub.team_id)
+
+
+def can_operate_team(user, team_id) -> bool:
+    """Repair a team's things (its subscriptions, disable or enable its consumers): as can_operate."""
+    return user.role in GLOBAL_OPERATORS or (user.role == "owner" and _own_team(user, team_id))
 
 
 def operable_team_ids(user) -> list[int] | None:

@@ -173,3 +173,36 @@ def subscription_counts(consumer_ids: list[int]) -> dict[int, int]:
         select(Subscription.consumer_id, func.count()).where(Subscription.consumer_id.in_(consumer_ids),
                                                              Subscription.deleted_at.is_(None))
         .group_by(Subscription.consumer_id)).all())
+
+
+def ids_named(team_id: int, uid: str):
+    """The ids of every consumer this team has given this uid, deleted ones too (a subquery): the filters of the
+    dead-letter desk, the events page and the audit log follow the uid, as the log's "consumer:<uid>" does."""
+    return select(Consumer.id).where(Consumer.team_id == team_id, Consumer.uid == uid).scalar_subquery()
+
+
+def endpoints_of(team_id: int, consumer_ids: list[int]) -> list[Subscription]:
+    """The live subscriptions of these consumers of the team (a page of them), by URL: a range of
+    ix_subscriptions_team_consumer per consumer."""
+    if not consumer_ids:
+        return []
+    return db.session.scalars(select(Subscription).where(Subscription.team_id == team_id,
+                                                         Subscription.consumer_id.in_(consumer_ids),
+                                                         Subscription.deleted_at.is_(None))
+                              .order_by(Subscription.url, Subscription.id)).all()
+
+
+def search_page(team: Team, search: str, limit: int, after: str | None) -> tuple[list[Consumer], str | None]:
+    """The dashboard's search, in uid order after `after`: the team's live consumers whose uid starts with
+    `search` (an index range), or, when no uid does, those whose name contains it (any case; names have no
+    index, so that reads the team's consumers). Never both: "uid starts with OR name contains" would read every
+    consumer of the team for a uid prefix too."""
+    live = select(Consumer).where(Consumer.team_id == team.id, Consumer.deleted_at.is_(None))
+    by_uid = live.where(Consumer.uid >= search, Consumer.uid < search + _PAST_UID_CHARACTERS)
+    any_uid = db.session.scalar(by_uid.with_only_columns(Consumer.id).limit(1)) is not None
+    query = by_uid if any_uid else live.where(func.lower(Consumer.name).contains(search.lower(), autoescape=True))
+    if after:
+        query = query.where(Consumer.uid > after)
+    rows = db.session.scalars(query.order_by(Consumer.uid).limit(limit + 1)).all()
+    shown = rows[:limit]
+    return shown, shown[-1].uid if len(rows) > limit else None

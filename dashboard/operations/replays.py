@@ -27,10 +27,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased, joinedload, selectinload
 
 from dashboard import audit
+from dashboard.consumers import service as consumer_service
 from dashboard.core.clock import iso
 from dashboard.core.extensions import db
 from dashboard.core.validation import TYPE_PATTERN, ApiError, parse_id, parse_time
 from dashboard.models import (
+    CONSUMER_UID_PATTERN,
     AuditEntry,
     Consumer,
     Delivery,
@@ -43,12 +45,13 @@ from dashboard.models import (
 )
 from dashboard.operations import notifications, recover
 from dashboard.queue import lanes
-from dashboard.schemas import MAX_SELECTED_DEAD_LETTERS
+from dashboard.schemas import CONSUMER_UID_WORDS, MAX_SELECTED_DEAD_LETTERS
 from dashboard.subscriptions import service as subscription_service
 
 log = logging.getLogger(__name__)
 
 _TYPE_NAME = re.compile(TYPE_PATTERN)
+_CONSUMER_UID = re.compile(CONSUMER_UID_PATTERN)
 _STATUS_CODE = re.compile(r"^[1-5]\d\d$")
 _STATUS_CLASS = re.compile(r"^([1-5])xx$")
 MAX_SELECTED = MAX_SELECTED_DEAD_LETTERS
@@ -68,8 +71,14 @@ class DeadLetterFilter:
     result: str | None = None  # last status code ("503"), a class ("5xx") or an error's start ("timeout")
     delivery_ids: tuple[str, ...] = ()  # "replay selected"
     hidden_team_id: int | None = None  # never this team's (operators never reach the system team's sinks)
+    consumer: str | None = None  # the uid of one of team_id's consumers: its subscriptions' dead letters
 
     def __post_init__(self):
+        if self.consumer is not None:
+            if not isinstance(self.consumer, str) or not _CONSUMER_UID.match(self.consumer):
+                raise ApiError(400, f"consumer must be {CONSUMER_UID_WORDS}")
+            if self.team_id is None:
+                raise ApiError(400, "choose the team of consumer " + repr(self.consumer))
         if self.since and self.until and self.since >= self.until:  # well-formed, but an empty window
             raise ApiError(422, "since must be before until")
         for t in self.event_types:
@@ -89,7 +98,8 @@ class DeadLetterFilter:
                    team_id=team,
                    event_types=(event_type,) if event_type else (),
                    since=parse_time(args.get("since"), "since"), until=parse_time(args.get("until"), "until"),
-                   result=(args.get("result") or "").strip() or None)
+                   result=(args.get("result") or "").strip() or None,
+                   consumer=(args.get("consumer") or "").strip() or None)
 
     @classmethod
     def from_json(cls, data: dict) -> DeadLetterFilter:
@@ -97,13 +107,13 @@ class DeadLetterFilter:
                    event_types=tuple(data.get("event_types", ())),
                    since=parse_time(data.get("since"), "since"), until=parse_time(data.get("until"), "until"),
                    result=data.get("result"), delivery_ids=tuple(data.get("delivery_ids", ())),
-                   hidden_team_id=data.get("hidden_team_id"))
+                   hidden_team_id=data.get("hidden_team_id"), consumer=data.get("consumer"))
 
     def as_json(self) -> dict:
         out = {"subscription_id": self.subscription_id, "team_id": self.team_id,
                "event_types": list(self.event_types) or None, "since": iso(self.since), "until": iso(self.until),
                "result": self.result, "delivery_ids": sorted(self.delivery_ids) or None,
-               "hidden_team_id": self.hidden_team_id}
+               "hidden_team_id": self.hidden_team_id, "consumer": self.consumer}
         return {k: v for k, v in out.items() if v is not None}
 
     def as_args(self) -> dict:
@@ -112,7 +122,8 @@ class DeadLetterFilter:
         out = {"subscription": self.subscription_id, "team": self.team_id,
                "event_type": self.event_types[0] if self.event_types else None,
                "since": self.since.strftime(fmt) if self.since else None,
-               "until": self.until.strftime(fmt) if self.until else None, "result": self.result}
+               "until": self.until.strftime(fmt) if self.until else None, "result": self.result,
+               "consumer": self.consumer}
         return {k: v for k, v in out.items() if v is not None}
 
     def key(self) -> str:
@@ -129,6 +140,8 @@ class DeadLetterFilter:
             team_clauses.append(Subscription.team_id == self.team_id)
         if self.hidden_team_id is not None:
             team_clauses.append(Subscription.team_id != self.hidden_team_id)
+        if self.consumer is not None:
+            team_clauses.append(Subscription.consumer_id.in_(consumer_service.ids_named(self.team_id, self.consumer)))
         if team_clauses:
             clauses.append(Delivery.subscription_id.in_(select(Subscription.id).where(*team_clauses)))
         if self.event_types:

@@ -206,3 +206,26 @@ def queue_figures(app, rows: list[OverviewRow]) -> QueueFigures:
     except (redis.RedisError, OSError):
         pass
     return figures
+
+
+@dataclass
+class ConsumerHealth:
+    """A consumer's endpoints summed up for the consumers list: how many, the worst, their dead letters."""
+    endpoints: int = 0
+    severity: int | None = None  # the worst of its endpoints' OverviewRow.severity; None with no endpoint
+    dead: int = 0
+    failing: int = 0  # endpoints at severity 0: an open incident, disabled or failing now
+
+
+def consumer_health(rows: list[OverviewRow]) -> dict[int, ConsumerHealth]:
+    """Per consumer id, its endpoints' rows summed up (rows of no consumer are left out)."""
+    health: dict[int, ConsumerHealth] = {}
+    for row in rows:
+        if row.sub.consumer_id is None:
+            continue
+        summary = health.setdefault(row.sub.consumer_id, ConsumerHealth())
+        summary.endpoints += 1
+        summary.severity = row.severity if summary.severity is None else min(summary.severity, row.severity)
+        summary.dead += row.dead
+        summary.failing += row.severity == 0
+    return health

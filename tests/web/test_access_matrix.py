@@ -127,6 +127,12 @@ MATRIX = {
     # The receiver check (dashboard/web/pages/checks.py): members and on-call read the report, repairers run one.
     ("pages.run_check", "POST"): OPERATE,
     ("pages.check_card", "GET"): TEAM_PAGE,
+    # Consumers (dashboard/web/pages/consumers.py): each sees its teams' list (the outsider: its own team's);
+    # disabling and enabling one is a repair (the matrix posts no reason: the owner's disable is a 400).
+    ("pages.consumers", "GET"): ALL_IN,
+    ("pages.consumer", "GET"): TEAM_PAGE,
+    ("pages.disable_consumer", "POST"): OPERATE,
+    ("pages.enable_consumer", "POST"): OPERATE,
 }
 
 
@@ -192,7 +198,8 @@ def samples(producer, receiver, users, clock):
     db.session.add_all([incident, replay, check])
     db.session.commit()
     sink, _ = notifications.add_sink("json", receiver.url + "/ok")
-    return {"subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"],
+    producer.put_consumer("cus_sample")
+    return {"uid": "cus_sample", "subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"],
             "incident_id": incident.id, "rule": "dead_letters", "sink_id": sink.id, "replay_id": replay.id,
             "user_id": users["member"].id, "token_id": token.id, "check_id": check.id, "team_id": producer.team.id}
 

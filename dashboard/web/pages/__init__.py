@@ -19,6 +19,7 @@ from dashboard.web.pages import (  # noqa: E402,F401  (each registers its routes
     audit,
     base_url,
     checks,
+    consumers,
     dead_letters,
     deliveries,
     events,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from flask import abort, render_template, request, url_for
 from flask_login import current_user, login_required
@@ -10,15 +11,18 @@ from sqlalchemy import and_, or_, select
 
 from dashboard.accounts import access
 from dashboard.audit import ACCOUNT_ACTIONS
+from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
-from dashboard.models import AuditEntry, Team
+from dashboard.models import CONSUMER_UID_PATTERN, AuditEntry, Subscription, Team
 from dashboard.operations.notifications import masked
+from dashboard.schemas import CONSUMER_UID_WORDS
 from dashboard.web.pages import bp
 
 PAGE = 50
 # Keys whose values are never shown, whatever an entry carries (entries should hold none: belt and braces).
 HIDDEN_KEYS = ("secret", "password", "token", "ciphertext")
+_CONSUMER_UID = re.compile(CONSUMER_UID_PATTERN)
 
 
 def _shown(key: str, value, sink: bool) -> str:
@@ -125,11 +129,27 @@ def visible_teams() -> list[Team]:
     return db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
 
 
+def _of_consumer(uid: str, team_name: str, teams: list[Team]):
+    """The entries about a consumer: its own ("consumer:<uid>") and its subscriptions', within its team (the one
+    chosen, or the user's only one)."""
+    if not _CONSUMER_UID.match(uid):
+        abort(400, f"consumer must be {CONSUMER_UID_WORDS}")
+    team = next((t for t in teams if t.name == team_name), None) if team_name else \
+        (teams[0] if len(teams) == 1 else None)
+    if team is None:
+        abort(400, f"choose the team of consumer {uid!r}: a uid names a consumer within one team")
+    subscriptions = select(Subscription.id).where(Subscription.team_id == team.id,
+                                                  Subscription.consumer_id.in_(consumer_service.ids_named(team.id, uid)))
+    return and_(AuditEntry.team_id == team.id,
+                or_(AuditEntry.target == f"consumer:{uid}", AuditEntry.subscription_id.in_(subscriptions)))
+
+
 @bp.get("/audit")
 @login_required
 def audit():
     teams = visible_teams()
-    filters = {name: (request.args.get(name) or "").strip() for name in ("actor", "action", "subscription", "team")}
+    filters = {name: (request.args.get(name) or "").strip()
+               for name in ("actor", "action", "subscription", "team", "consumer")}
     clause = visible_entries(current_user)
     query = select(AuditEntry) if clause is None else select(AuditEntry).where(clause)
     if filters["actor"]:
@@ -144,6 +164,8 @@ def audit():
         if team is None:
             abort(404)  # not a team this user may see
         query = query.where(AuditEntry.team_id == team.id)
+    if filters["consumer"]:
+        query = query.where(_of_consumer(filters["consumer"], filters["team"], teams))
     since, until = _time("since"), _time("until")
     if since:
         query = query.where(AuditEntry.at >= since)

@@ -10,6 +10,7 @@ from flask_login import current_user, login_required
 from sqlalchemy import select
 
 from dashboard.accounts import access
+from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import Delivery, ReplayKind, Subscription, Team
@@ -38,13 +39,23 @@ def operable(dead: replay_service.DeadLetterFilter) -> replay_service.DeadLetter
     return dataclasses.replace(dead, team_id=teams[0])
 
 
+def own_team_default(args) -> dict:
+    """The filter's arguments, with the user's own team when a consumer is named without one (an owner's or
+    member's consumer filter needs no team picked: a uid names a consumer within one team)."""
+    args = args.to_dict()
+    if args.get("consumer") and not args.get("team") and current_user.role not in access.GLOBAL_READERS \
+            and current_user.team_id is not None:
+        args["team"] = str(current_user.team_id)
+    return args
+
+
 @bp.get("/dead-letters")
 @login_required
 def dead_letters():
     visible = access.visible_to(current_user, Subscription.team_id)
     error = None
     try:
-        dead = replay_service.DeadLetterFilter.from_args(request.args)
+        dead = replay_service.DeadLetterFilter.from_args(own_team_default(request.args))
         rows, cursor = replay_service.page(dead.where(visible), request.args.get("before"), PAGE)
     except ApiError as exc:
         error, dead = exc, replay_service.DeadLetterFilter()
@@ -53,8 +64,11 @@ def dead_letters():
     narrowed = operable(dead)
     may_replay = narrowed is not None
     replayable = matching if narrowed == dead or not may_replay else replay_service.count(narrowed.where(visible))
-    subs = db.session.scalars(access.restrict(select(Subscription), current_user, Subscription.team_id)
-                              .order_by(Subscription.url)).all()
+    subs_query = access.restrict(select(Subscription), current_user, Subscription.team_id)
+    if dead.consumer:  # the consumer's own endpoints to pick from, not every one of its team's
+        subs_query = subs_query.where(Subscription.team_id == dead.team_id, Subscription.consumer_id.in_(
+            consumer_service.ids_named(dead.team_id, dead.consumer)))
+    subs = db.session.scalars(subs_query.order_by(Subscription.url)).all()
     teams = db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
     warnings = failing_notes(dead.where(visible)) if may_replay and matching else []
     return render_template("dead_letters/page.html", dead=dead, args=dead.as_args(), rows=rows, cursor=cursor,
@@ -95,7 +109,7 @@ def _start_job(kind: str):
     if access.operable_team_ids(current_user) == []:
         abort(403)
     try:
-        dead = replay_service.DeadLetterFilter.from_args(request.form)
+        dead = replay_service.DeadLetterFilter.from_args(own_team_default(request.form))
         if request.form.get("which") == "selected":
             selected = tuple(request.form.getlist("delivery_id"))
             if not selected:

@@ -10,6 +10,7 @@ from dashboard.accounts import access
 # (endpoint, label, who sees the link)
 NAV = [
     ("pages.overview", "Overview", lambda user: True),
+    ("pages.consumers", "Consumers", lambda user: True),
     ("pages.dead_letters", "Dead letters", lambda user: True),
     ("pages.incidents", "Incidents", lambda user: True),
     ("pages.events", "Events", lambda user: True),

@@ -318,7 +318,8 @@ def new_subscription():
             access.require(access.can_create_in(current_user, team.id))
             body = checked(schemas.SubscriptionInput, {**limits_from_form(request.form),
                                                        "url": request.form.get("url", "").strip(),
-                                                       "signature_scheme": request.form.get("signature_scheme", "")})
+                                                       "signature_scheme": request.form.get("signature_scheme", ""),
+                                                       "consumer": request.form.get("consumer", "").strip() or None})
             sub, secret = subscription_service.create(team, body)
         except ApiError as exc:
             db.session.rollback()

@@ -1,0 +1,165 @@
+"""Consumers: a team's list (search by uid prefix or name, paged by uid) and one consumer's page (its endpoints'
+health, its dead letters, disable and enable), and the consumer filter other pages share. Roles as for
+subscriptions: owners repair their own team's consumers, operators and admins any team's, the rest read."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from flask import abort, current_app, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+from sqlalchemy import select
+from sqlalchemy.orm import joinedload
+
+from dashboard.accounts import access
+from dashboard.consumers import service as consumer_service
+from dashboard.core.extensions import db
+from dashboard.core.validation import ApiError, parse_id
+from dashboard.models import CONSUMER_UID_PATTERN, Consumer, ConsumerState, Subscription, Team
+from dashboard.operations import replays as replay_service
+from dashboard.schemas import CONSUMER_UID_WORDS
+from dashboard.stats import overview as figures
+from dashboard.subscriptions import checks as check_service
+from dashboard.web.pages import bp
+from dashboard.web.pages.subscriptions import held_words, released_words
+
+PAGE = 50
+DEAD_LETTERS = 20
+MAX_REASON = 500
+_UID = re.compile(CONSUMER_UID_PATTERN)
+REPAIR_WORDS = ("disable or enable this consumer", "operators and admins, and owners of its team")
+
+
+def pickable_teams() -> list[Team]:
+    """The teams whose consumers this user may see: an owner's or member's own, every team for the others."""
+    return db.session.scalars(access.restrict(select(Team), current_user, Team.id)
+                              .where(Team.name != access.SYSTEM_TEAM).order_by(Team.name)).all()
+
+
+def chosen_team(teams: list[Team], args) -> Team | None:
+    """The team `args["team"]` (an id) names among `teams`, or the only one; 404 for a team one may not see."""
+    try:
+        team_id = parse_id(args.get("team"), "team")
+    except ApiError as exc:
+        abort(exc.status, exc.message)
+    if team_id is None:
+        return teams[0] if len(teams) == 1 else None
+    team = next((t for t in teams if t.id == team_id), None)
+    if team is None:
+        abort(404)
+    return team
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerFilter:
+    """A page's "consumer" filter: a uid within one team (a uid means nothing across teams)."""
+    teams: list[Team]
+    team: Team | None
+    uid: str | None
+
+    def args(self) -> dict:
+        """The query string that keeps this filter (for links and htmx polls)."""
+        return {k: v for k, v in (("team", self.team.id if self.team else None), ("consumer", self.uid)) if v}
+
+
+def consumer_filter(args) -> ConsumerFilter:
+    """The filter from a query string: 400 for a malformed uid, or a uid without a team when several may be seen."""
+    teams = pickable_teams()
+    team = chosen_team(teams, args)
+    uid = (args.get("consumer") or "").strip() or None
+    if uid is not None and not _UID.match(uid):
+        abort(400, f"consumer must be {CONSUMER_UID_WORDS}")
+    if uid is not None and team is None:
+        abort(400, f"choose the team of consumer {uid!r}: a uid names a consumer within one team")
+    return ConsumerFilter(teams, team, uid)
+
+
+def visible_consumer(team_id: int, uid: str, *, repair: bool = False) -> Consumer:
+    """The team's live consumer with this uid if the user may see the team (404 otherwise: another team's consumer
+    does not exist, as far as they can tell), and 403 when `repair` and the user may not disable or enable it."""
+    if not access.can_view_team(current_user, team_id) or not _UID.match(uid):
+        abort(404)
+    consumer = db.session.scalar(select(Consumer).where(Consumer.team_id == team_id, Consumer.uid == uid,
+                                                        Consumer.deleted_at.is_(None))
+                                 .options(joinedload(Consumer.team)))
+    if consumer is None:
+        abort(404)
+    if repair:
+        access.require(access.can_operate_team(current_user, team_id), *REPAIR_WORDS)
+    return consumer
+
+
+@bp.get("/consumers")
+@login_required
+def consumers():
+    teams = pickable_teams()
+    team = chosen_team(teams, request.args)
+    q = (request.args.get("q") or "").strip()[:200]
+    after = (request.args.get("after") or "").strip()[:100] or None
+    shown, next_after, health = [], None, {}
+    if team is not None:
+        shown, next_after = consumer_service.search_page(team, q, PAGE, after) if q else \
+            consumer_service.page(team, None, PAGE, after)
+        rows = figures.overview_rows(db.session, consumer_service.endpoints_of(team.id, [c.id for c in shown]),
+                                     current_app.config["CLOCK"].now())
+        health = figures.consumer_health(rows)
+    return render_template("consumers/page.html", teams=teams, team=team, q=q, consumers=shown, health=health,
+                           next_after=next_after, after=after)
+
+
+@bp.get("/consumers/<int:team_id>/<uid>")
+@login_required
+def consumer(team_id, uid):
+    found = visible_consumer(team_id, uid)
+    now = current_app.config["CLOCK"].now()
+    rows = figures.overview_rows(db.session, consumer_service.endpoints_of(team_id, [found.id]), now)
+    dead = replay_service.DeadLetterFilter(team_id=team_id, consumer=uid)
+    where = dead.where(access.visible_to(current_user, Subscription.team_id))
+    dead_letters, _ = replay_service.page(where, None, DEAD_LETTERS)
+    return render_template("consumers/consumer.html", consumer=found, rows=rows, now=now,
+                           failed_checks=check_service.latest_failed([r.sub.id for r in rows]),
+                           dead_letters=dead_letters, dead_count=replay_service.count(where), dead_args=dead.as_args(),
+                           can_repair=access.can_operate_team(current_user, team_id),
+                           can_create=access.can_create_in(current_user, team_id))
+
+
+@bp.post("/consumers/<int:team_id>/<uid>/disable")
+@login_required
+def disable_consumer(team_id, uid):
+    # Holds every delivery of its endpoints, with a reason everyone who opens its page reads; "enable" ends it.
+    found = visible_consumer(team_id, uid, repair=True)
+    reason = (request.form.get("reason") or "").strip()
+    if not reason:
+        abort(400, "Say why you disable this consumer: the reason is shown to everyone who opens its page.")
+    if len(reason) > MAX_REASON or "\x00" in reason:
+        abort(400, f"The reason is at most {MAX_REASON} characters, and no NUL characters.")
+    if found.state == ConsumerState.DISABLED:
+        flash("This consumer was disabled already: nothing changed.", "ok")
+    else:
+        held = consumer_service.set_state(found, ConsumerState.DISABLED, reason)
+        flash(f"Disabled: {held_words(held, 'someone enables it')}", "ok")
+    return redirect(url_for(".consumer", team_id=team_id, uid=uid))
+
+
+@bp.post("/consumers/<int:team_id>/<uid>/enable")
+@login_required
+def enable_consumer(team_id, uid):
+    # Enabling releases every held delivery of its endpoints, except those paused or disabled on their own.
+    found = visible_consumer(team_id, uid, repair=True)
+    if found.state == ConsumerState.ACTIVE:
+        flash("This consumer was active already: nothing changed.", "ok")
+    else:
+        released = consumer_service.set_state(found, ConsumerState.ACTIVE)
+        flash(f"Enabled: {released_words(released)}", "ok")
+    return redirect(url_for(".consumer", team_id=team_id, uid=uid))
+
+
+def endpoints_query(subscriptions, chosen: ConsumerFilter):
+    """`subscriptions` (a query of them) narrowed to the chosen team's, and to the chosen consumer's."""
+    if chosen.team is not None:
+        subscriptions = subscriptions.where(Subscription.team_id == chosen.team.id)
+    if chosen.uid is not None:
+        subscriptions = subscriptions.where(
+            Subscription.consumer_id.in_(consumer_service.ids_named(chosen.team.id, chosen.uid)))
+    return subscriptions
