@@ -89,6 +89,7 @@ class Team(db.Model):
     subscriptions: Mapped[list[Subscription]] = relationship(back_populates="team")
 
 
+_ADDRESSED = text("consumer_id IS NOT NULL")
 # A consumer's uid: the producer's own id for the party (its customer, an app), unique within the team.
 CONSUMER_UID_PATTERN = r"^[A-Za-z0-9._:-]{1,100}$"
 _LIVE = text("deleted_at IS NULL")
@@ -233,8 +234,11 @@ def previous_signs(expires_at: dt.datetime | None, now: dt.datetime) -> bool:
 
 class Subscription(db.Model):
     __tablename__ = "subscriptions"
-    # Routing reads a team's subscriptions of no consumer, or of one consumer, never all of them.
-    __table_args__ = (Index("ix_subscriptions_team_consumer", "team_id", "consumer_id"),)
+    # Routing reads a team's subscriptions of no consumer, or of one consumer, never all of them; a consumer's
+    # page, its counts and a consumer's removal find its subscriptions by the second.
+    __table_args__ = (Index("ix_subscriptions_team_consumer", "team_id", "consumer_id"),
+                      Index("ix_subscriptions_consumer_id", "consumer_id", postgresql_where=_ADDRESSED,
+                            sqlite_where=_ADDRESSED))
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("sub"))
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
@@ -292,9 +296,6 @@ class EventType(db.Model):
     # JSON Schema of the event's `data`.
     schema: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
-
-
-_ADDRESSED = text("consumer_id IS NOT NULL")
 
 
 class Event(db.Model):

@@ -216,7 +216,8 @@ def _among(column, name: str, array: bool):
 _CONSUMERS_ROUTING = {array: select(Consumer.uid.label("addressee_uid"), Consumer.id.label("addressee_id"),
                                     Consumer.state.label("addressee_state"), *_ROUTING.selected_columns)
                       .select_from(Consumer.__table__.outerjoin(Subscription.__table__, and_(
-                          Subscription.consumer_id == Consumer.id, Subscription.deleted_at.is_(None))))
+                          Subscription.team_id == Consumer.team_id, Subscription.consumer_id == Consumer.id,
+                          Subscription.deleted_at.is_(None))))
                       .where(Consumer.team_id == bindparam("team_id"), _among(Consumer.uid, "uids", array),
                              Consumer.deleted_at.is_(None))
                       for array in (False, True)}

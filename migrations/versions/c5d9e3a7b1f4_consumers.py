@@ -63,6 +63,8 @@ def upgrade():
     if postgresql:  # SQLite cannot add a constraint to a table in place
         op.create_foreign_key('fk_subscriptions_consumer_id', 'subscriptions', 'consumers', ['consumer_id'], ['id'])
     op.create_index('ix_subscriptions_team_consumer', 'subscriptions', ['team_id', 'consumer_id'])
+    op.create_index('ix_subscriptions_consumer_id', 'subscriptions', ['consumer_id'],
+                    postgresql_where=ADDRESSED, sqlite_where=ADDRESSED)
     op.add_column('events', sa.Column('consumer_id', sa.Integer(), nullable=True))
     op.create_index('ix_events_consumer_created_at', 'events', ['consumer_id', 'created_at'],
                     postgresql_where=ADDRESSED, sqlite_where=ADDRESSED)
@@ -93,6 +95,7 @@ def downgrade():
         op.execute("DROP FUNCTION promesa_consumer_route_keys(integer, integer, json)")
     op.drop_index('ix_events_consumer_created_at', table_name='events')
     op.drop_column('events', 'consumer_id')
+    op.drop_index('ix_subscriptions_consumer_id', table_name='subscriptions')
     op.drop_index('ix_subscriptions_team_consumer', table_name='subscriptions')
     if postgresql:
         op.drop_constraint('fk_subscriptions_consumer_id', 'subscriptions', type_='foreignkey')
