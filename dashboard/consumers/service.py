@@ -105,12 +105,7 @@ def set_state(consumer: Consumer, state: str, reason: str | None = None) -> int:
             .values(state=DeliveryState.HELD, updated_at=now).execution_options(synchronize_session=False)).rowcount
     else:
         consumer.state_reason = None
-        active = select(Subscription.id).where(Subscription.consumer_id == consumer.id,
-                                               Subscription.state == SubscriptionState.ACTIVE).scalar_subquery()
-        released = db.session.execute(
-            update(Delivery).where(Delivery.subscription_id.in_(active), Delivery.state == DeliveryState.HELD)
-            .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
-            .returning(Delivery.subscription_id, Delivery.id).execution_options(synchronize_session=False)).all()
+        released = _release_held(consumer, now)
         count = len(released)
     audit.record("consumer.disabled" if state == ConsumerState.DISABLED else "consumer.enabled",
                  team_id=consumer.team_id, target=f"consumer:{consumer.uid}", deliveries=count,
@@ -118,6 +113,17 @@ def set_state(consumer: Consumer, state: str, reason: str | None = None) -> int:
     db.session.commit()
     enqueue([work_item(sub_id, delivery_id) for sub_id, delivery_id in released])
     return count
+
+
+def _release_held(consumer: Consumer, now) -> list[tuple[str, str]]:
+    """Held deliveries of the consumer's active subscriptions become due now; (subscription id, delivery id) of
+    each, to enqueue after the commit. A paused or disabled subscription keeps its own."""
+    active = select(Subscription.id).where(Subscription.consumer_id == consumer.id,
+                                           Subscription.state == SubscriptionState.ACTIVE).scalar_subquery()
+    return [tuple(row) for row in db.session.execute(
+        update(Delivery).where(Delivery.subscription_id.in_(active), Delivery.state == DeliveryState.HELD)
+        .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
+        .returning(Delivery.subscription_id, Delivery.id).execution_options(synchronize_session=False)).all()]
 
 
 def delete(consumer: Consumer) -> int:
@@ -131,12 +137,7 @@ def delete(consumer: Consumer) -> int:
                                                   Subscription.state == SubscriptionState.PAUSED)
                        .values(state=SubscriptionState.ACTIVE, state_reason=None)
                        .execution_options(synchronize_session=False))
-    live = select(Subscription.id).where(Subscription.consumer_id == consumer.id,
-                                         Subscription.state == SubscriptionState.ACTIVE).scalar_subquery()
-    released = db.session.execute(
-        update(Delivery).where(Delivery.subscription_id.in_(live), Delivery.state == DeliveryState.HELD)
-        .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
-        .returning(Delivery.subscription_id, Delivery.id).execution_options(synchronize_session=False)).all()
+    released = _release_held(consumer, now)
     subscriptions = db.session.execute(
         update(Subscription).where(Subscription.consumer_id == consumer.id, Subscription.deleted_at.is_(None))
         .values(deleted_at=now).execution_options(synchronize_session=False)).rowcount
