@@ -29,8 +29,8 @@ from dashboard.core.clock import FrozenClock  # noqa: E402
 from dashboard.core.extensions import db  # noqa: E402
 from dashboard.core.ids import new_id  # noqa: E402
 from dashboard.ingest.accept import thin_body  # noqa: E402
-from dashboard.models import (ApiToken, Attempt, AuditEntry, Check, Delivery, Event, Incident, OutcomeCount,  # noqa: E402
-                              Subscription, Team, User)
+from dashboard.models import (ApiToken, Attempt, AuditEntry, Check, Consumer, Delivery, Event, Incident,  # noqa: E402
+                              OutcomeCount, Subscription, Team, User)
 
 NOW = dt.datetime(2026, 11, 30, 14, 0)
 # (file name, path: "{subscription}", "{event}" and "{delivery}" are the demo's worst ones)
@@ -44,6 +44,8 @@ PAGES = [
     ("delivery", "/deliveries/{delivery}"),
     ("audit", "/audit"),
     ("new-endpoint", "/subscriptions/new?team=payments"),
+    ("consumers", "/consumers?team={team}"),
+    ("consumer", "/consumers/{team}/cus_acme"),
     ("tokens", "/tokens"),
 ]
 # The same pages on the on-call engineer's phone (400 px wide): file name, path as in PAGES.
@@ -51,7 +53,12 @@ PHONE_PAGES = [
     ("overview-phone", "/"),
     ("subscription-phone", "/subscriptions/{subscription}"),
     ("incident-phone", "/incidents/{incident}"),
+    ("consumer-phone", "/consumers/{team}/cus_acme"),
 ]
+# The payments team's customers (consumers): uid, name, state; "customer sync" (ENDPOINTS[1]) is Acme's endpoint.
+CONSUMERS = [("cus_acme", "Acme Corp", "active"), ("cus_globex", "Globex", "active"),
+             ("cus_initech", "Initech", "disabled")]
+CONSUMER_OF_ENDPOINT = {1: "cus_acme"}
 # (url, description, team, state, state reason, failure rate per hour: fn(hours ago) -> 0..1, attempts per hour)
 ENDPOINTS = [
     ("https://billing.example.com/hooks", "invoices to billing", "payments", "active", None,
@@ -78,10 +85,18 @@ def seed(app) -> dict:
         token.name, token.created_by, token.created_at = f"{team.name} producer", "owner@example.com", \
             NOW - dt.timedelta(days=20)
         db.session.add(token)
+    consumers = {uid: Consumer(team_id=teams["payments"].id, uid=uid, name=name, state=state,
+                               state_reason="asked us to stop while they migrate" if state == "disabled" else None,
+                               created_at=NOW - dt.timedelta(days=25), updated_at=NOW - dt.timedelta(days=1))
+                 for uid, name, state in CONSUMERS}
+    db.session.add_all(consumers.values())
+    db.session.flush()
     worst = {}
     counts, entries = [], []
     for index, (url, description, team, state, reason, failing, per_hour) in enumerate(ENDPOINTS):
-        sub = Subscription(id=new_id("sub"), team_id=teams[team].id, url=url, description=description, state=state,
+        consumer = consumers.get(CONSUMER_OF_ENDPOINT.get(index))
+        sub = Subscription(id=new_id("sub"), team_id=teams[team].id, consumer_id=consumer.id if consumer else None,
+                           url=url, description=description, state=state,
                            state_reason=reason, secret_ciphertext=crypto.encrypt(signing.new_secret()),
                            created_at=NOW - dt.timedelta(days=30), updated_at=NOW)
         db.session.add(sub)
@@ -127,7 +142,7 @@ def seed(app) -> dict:
     assert dead_before >= 5, "the demo's incident would not have fired: its endpoint needs more dead letters"
     db.session.add(incident)
     db.session.flush()
-    worst = {**worst, "incident": incident.id}
+    worst = {**worst, "incident": incident.id, "team": teams["payments"].id}
     # Its last receiver check: the endpoint took a request signed with the wrong secret.
     answers = {step: check_rules.Answer(status, seconds) for step, status, seconds in [
         ("signed", 200, 0.21), ("duplicate", 200, 0.18), ("forged", 200, 0.2), ("stale", 401, 0.05),
@@ -159,7 +174,8 @@ def _deliveries(sub: Subscription, rng: random.Random, dead: int) -> dict:
         event_id = new_id("evt")
         resource = f"inv_{rng.randint(1000, 9999)}"
         body = thin_body(event_id, "invoice.paid", 1, at.isoformat() + "Z", f'{{"resource_id":"{resource}"}}')
-        db.session.add(Event(key=event_id, id=event_id, team_id=sub.team_id, type="invoice.paid", version=1,
+        db.session.add(Event(key=event_id, id=event_id, team_id=sub.team_id, consumer_id=sub.consumer_id,
+                             type="invoice.paid", version=1,
                              data={"resource_id": resource}, resource_id=resource, body=body, occurred_at=at,
                              created_at=at))
         state = "dead" if n < dead else "scheduled" if n < dead + 2 else "succeeded"
