@@ -116,6 +116,34 @@ def test_it_benchmarks_on_postgresql_and_leaves_the_database_as_it_found_it(tmp_
         assert vacuumed and analyzed
 
 
+@pytest.mark.postgres
+def test_the_consumers_run_checks_every_delivery_against_its_consumer_and_cleans_up(tmp_path, redis_url):
+    """`--consumers N` on PostgreSQL (ingest's own path, the route keys): every addressed event reached its own
+    consumer's endpoint and no other, every consumer was reached, and the run's consumers are gone after."""
+    import sqlalchemy as sa
+
+    from tests.conftest import _migrate, fresh_postgres_database
+
+    with fresh_postgres_database("promesa_bench_consumers") as database_url:
+        _migrate(database_url)
+        env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url, PROMESA_INSTANCE_PATH=str(tmp_path))
+        done = subprocess.run(
+            [sys.executable, "-m", "dashboard.cli", "bench", "--consumers", "30", "--events", "20", "--batch", "10",
+             "--rounds", "1", "--workers", "1", "--timeout", "60", "--json"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["complete"] is True and result["publish_errors"] == 0
+        assert result["expected"] == result["recorded"] == result["received"] == 80  # 4 kinds x 20 events
+        assert result["crossed"] == 0 and result["consumers_reached"] == 30
+        assert set(result["round_ratios"]) == {"single", "batch"} and result["single_ratio"] > 0
+        engine = sa.create_engine(database_url)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM consumers")).scalar() == 0
+            assert conn.execute(sa.text("SELECT count(*) FROM teams")).scalar() == 0
+        engine.dispose()
+
+
 @pytest.mark.slow
 def test_the_scale_run_measures_every_phase_as_the_median_of_its_runs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
