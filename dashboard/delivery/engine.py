@@ -87,6 +87,8 @@ LOCAL_CAPACITY = 4
 # A subscription holding its team's whole share with requests this old is slow: the team's other work is popped
 # and started beside it (_Drain.concentrated_teams). A healthy endpoint's requests end well before.
 CONCENTRATED_SECONDS = 0.5
+# ... and then popped this often, not at every turn of the loop: each pop hands the slow one's work back to Redis.
+BESIDE_POP_SECONDS = 0.25
 # A saturated subscription keeps about this many seconds of work waiting here; the rest is handed back.
 WAIT_TARGET_SECONDS = 2.0
 # A handed-back delivery is due again no sooner than this, and no later than the cap (so an
@@ -579,6 +581,7 @@ class DeliveryEngine:
         next_pop = 0.0  # after an empty pop: do not ask Redis on every completion
         polled_skip: set = set()  # the teams that empty pop skipped
         gather_until = 0.0  # after a small pop that emptied the list: let arrivals gather
+        next_beside_pop = 0.0  # when a team held by one slow subscription may be popped again
         while True:
             now = time.monotonic()
             if self.stopping.is_set():
@@ -610,11 +613,18 @@ class DeliveryEngine:
             skip = full
             if run.waiting_total and room < min(POP_BATCH, LOCAL_CAPACITY * self.max_in_flight // 2):
                 skip = {*full, *run.team_waiting}
+            # A full team whose share one slow subscription holds is popped now and then all the same: its other
+            # subscriptions' work (another consumer's) starts beside it (may_start), the slow one's goes back (admit).
+            beside = set()
+            if full and now >= next_beside_pop:
+                beside = run.concentrated_teams() & set(full)
+                if beside:
+                    skip = [team for team in skip if team not in beside]
+                    next_beside_pop = now + BESIDE_POP_SECONDS
             # After a pop that skipped teams and found nothing, the next waits a little (a newcomer is all it
             # can find), unless a team has stopped being skipped.
             if ((closing_at is None or now < closing_at) and run.claiming is None and room > 0
-                    and (len(run.in_flight) < self.max_in_flight or skip or run.concentrated_teams())
-                    and now >= gather_until
+                    and (len(run.in_flight) < self.max_in_flight or skip or beside) and now >= gather_until
                     and (now >= next_pop or not polled_skip <= set(skip))):
                 items = self.work.pop_ready(room, skip)
                 popped = len(items)
@@ -903,7 +913,7 @@ class _Drain:
     def concentrated_teams(self) -> set[str]:
         """Teams holding their share of the slots in one slow subscription alone (its oldest request in flight for
         CONCENTRATED_SECONDS). Their other subscriptions' work may start beside it (may_start), so it is popped
-        from Redis, and the slow one's handed back (admit)."""
+        from Redis every BESIDE_POP_SECONDS, and the slow one's handed back (admit)."""
         top: dict[str, tuple[int, str]] = {}
         for sub, held in self.per_subscription.items():
             if held > 0:
@@ -920,12 +930,11 @@ class _Drain:
         """Teams this drain can start nothing more for, or holds enough work of already: a pop leaves
         their work in Redis, so that room here goes to the other teams."""
         full = []
-        concentrated = self.concentrated_teams()
         for team in self.team_slots.keys() | self.team_waiting.keys():
             share = self.share(team)
             load = self.team_slots.get(team, 0) + self.team_waiting.get(team, 0)
             if load >= LOCAL_CAPACITY * share or (
-                    team not in concentrated and self.team_slots.get(team, 0) >= share
+                    self.team_slots.get(team, 0) >= share
                     and not (self.slots < self.engine.max_in_flight and len(self.wanting) == (team in self.wanting))):
                 full.append(team)
         return full
