@@ -46,9 +46,16 @@ def _words(key: str) -> str:
     return key.replace("_", " ")
 
 
-def _replay_summary(action: str, detail: dict) -> str | None:
-    """A replay's or discard's counts as the replay page says them; None for other entries."""
+def _replay_summary(action: str, detail: dict, deliveries: int | None = None) -> str | None:
+    """A replay's, discard's or recover's counts as the replay page says them; None for other entries."""
     n = {k: v for k, v in detail.items() if isinstance(v, int)}
+    if action == "recover.started" and isinstance(detail.get("consumer"), str) and detail.get("since"):
+        since = parse_time(detail["since"], "since")
+        return (f"Replay since {since:%Y-%m-%d %H:%M:%S} UTC for consumer {detail['consumer']}: {deliveries or 0} "
+                "events its endpoint never received or that died, to send")
+    if action == "recover.finished" and "delivered" in n:
+        return (f"{n['requeued']} events queued for the endpoint: {n['delivered']} delivered, "
+                f"{n['failed']} failed (dead), {n['waiting']} still on their way, {n['held']} held until resume")
     if action == "replay.finished" and "delivered" in n:
         return (f"{n['delivered']} of {n['requeued']} delivered, {n['failed']} failed (dead again), "
                 f"{n['waiting']} still on their way, {n['held']} held until resume")
@@ -65,7 +72,7 @@ def detail_rows(entry: AuditEntry, sink_team_id: int | None) -> dict:
     `changes` is [(field, before, after)] for an edit (each changed field's old and new value), `facts` is
     [(key, value)] for the rest, keys and values in words."""
     detail = dict(entry.detail or {})
-    summary = _replay_summary(entry.action, detail)
+    summary = _replay_summary(entry.action, detail, entry.deliveries)
     if summary is not None:
         detail = {k: v for k, v in detail.items() if k == "error"}
     sink = sink_team_id is not None and entry.team_id == sink_team_id

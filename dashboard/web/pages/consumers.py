@@ -15,13 +15,14 @@ from sqlalchemy.orm import joinedload
 from dashboard.accounts import access
 from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
-from dashboard.core.validation import ApiError, parse_id
+from dashboard.core.validation import ApiError, parse_id, parse_time
 from dashboard.models import CONSUMER_UID_PATTERN, Consumer, ConsumerState, Subscription, Team
 from dashboard.operations import replays as replay_service
 from dashboard.schemas import CONSUMER_UID_WORDS
 from dashboard.stats import overview as figures
 from dashboard.subscriptions import checks as check_service
 from dashboard.web.pages import bp
+from dashboard.web.pages.replays import show_started
 from dashboard.web.pages.subscriptions import held_words, released_words
 
 PAGE = 50
@@ -29,6 +30,7 @@ DEAD_LETTERS = 20
 MAX_REASON = 500
 _UID = re.compile(CONSUMER_UID_PATTERN)
 REPAIR_WORDS = ("disable or enable this consumer", "operators and admins, and owners of its team")
+RECOVER_WORDS = ("replay this consumer's events", "operators and admins, and owners of its team")
 
 
 def pickable_teams() -> list[Team]:
@@ -111,7 +113,12 @@ def consumers():
 @bp.get("/consumers/<int:team_id>/<uid>")
 @login_required
 def consumer(team_id, uid):
-    found = visible_consumer(team_id, uid)
+    return consumer_page(visible_consumer(team_id, uid))
+
+
+def consumer_page(found: Consumer, recover_error: str | None = None, recover_form=None):
+    """A consumer's page; with `recover_error`, its "replay since" form refused (422), the form as it was sent."""
+    team_id, uid = found.team_id, found.uid
     now = current_app.config["CLOCK"].now()
     rows = figures.overview_rows(db.session, consumer_service.endpoints_of(team_id, [found.id]), now)
     dead = replay_service.DeadLetterFilter(team_id=team_id, consumer=uid)
@@ -121,7 +128,9 @@ def consumer(team_id, uid):
                            failed_checks=check_service.latest_failed([r.sub.id for r in rows]),
                            dead_letters=dead_letters, dead_count=replay_service.count(where), dead_args=dead.as_args(),
                            can_repair=access.can_operate_team(current_user, team_id),
-                           can_create=access.can_create_in(current_user, team_id))
+                           can_create=access.can_create_in(current_user, team_id),
+                           recover_endpoints=[r.sub for r in rows], recover_error=recover_error,
+                           recover_form=recover_form or {}), 422 if recover_error else 200
 
 
 @bp.post("/consumers/<int:team_id>/<uid>/disable")
@@ -153,6 +162,28 @@ def enable_consumer(team_id, uid):
         released = consumer_service.set_state(found, ConsumerState.ACTIVE)
         flash(f"Enabled: {released_words(released)}", "ok")
     return redirect(url_for(".consumer", team_id=team_id, uid=uid))
+
+
+@bp.post("/consumers/<int:team_id>/<uid>/replay-since")
+@login_required
+def recover_consumer(team_id, uid):
+    # "Replay since": the consumer's events since a time, to one of its endpoints, as a job with progress.
+    found = visible_consumer(team_id, uid)
+    access.require(access.can_operate_team(current_user, team_id), *RECOVER_WORDS)
+    sub = db.session.scalar(select(Subscription).where(Subscription.id == (request.form.get("subscription") or ""),
+                                                       Subscription.consumer_id == found.id,
+                                                       Subscription.deleted_at.is_(None)))
+    try:
+        since = parse_time((request.form.get("since") or "").strip() or None, "since")
+        if sub is None:
+            raise ApiError(422, f"Choose one of the endpoints of {uid}.")
+        if since is None:
+            raise ApiError(422, "Say since when: the events accepted from that time on are sent again.")
+        if since > current_app.config["CLOCK"].now():
+            raise ApiError(422, "Since is in the future: no event was accepted after it yet.")
+        return show_started(*replay_service.start_recover(found, sub, since))
+    except ApiError as exc:
+        return consumer_page(found, recover_error=exc.message, recover_form=request.form)
 
 
 def endpoints_query(subscriptions, chosen: ConsumerFilter):
