@@ -136,6 +136,7 @@ def test_it_sends_the_consumers_events_to_the_endpoint_and_says_so_everywhere(ap
            "for the endpoint" in html and '<span class="replay-succeeded">3</span> delivered' in html
     html = client.get("/replays").get_data(as_text=True)
     assert "events addressed to consumer" in html and "consumer_id=" not in html
+    assert '<td data-label="Kind">replay since</td>' in html
 
     with app.app_context():
         assert replay_service.record_outcomes(clock.now()) == 1  # the sweeper's step: recover.finished
