@@ -258,3 +258,11 @@ def consumer_endpoint_count(session, team_clauses: list) -> int:
     """Live consumer endpoints of the teams `team_clauses` keep: one count over ix_subscriptions_team_consumer."""
     return session.scalar(select(func.count()).select_from(Subscription).where(
         *team_clauses, Subscription.consumer_id.is_not(None), Subscription.deleted_at.is_(None)))
+
+
+def oldest_due(session, team_clauses: list, now: dt.datetime) -> dt.datetime | None:
+    """When the oldest due delivery of the teams `team_clauses` keep fell due, listed endpoint or not: the due
+    deliveries' index in time order, up to the first of these teams'."""
+    of_teams = [Delivery.subscription_id.in_(select(Subscription.id).where(*team_clauses))] if team_clauses else []
+    return session.scalar(select(func.min(Delivery.next_attempt_at)).where(
+        Delivery.state.in_(DeliveryState.DUE), Delivery.next_attempt_at <= now, *of_teams))

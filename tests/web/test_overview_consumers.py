@@ -130,3 +130,16 @@ def test_the_dead_letter_desk_offers_the_teams_own_endpoints_and_those_with_dead
     assert choices("/dead-letters") == {own, unhealthy["cus_dead"]}
     assert choices(f"/dead-letters?subscription={healthy[0]}") == {own, unhealthy["cus_dead"], healthy[0]}
     assert choices("/dead-letters?consumer=cus_ok2") == {healthy[2]}  # a consumer's: all of its own
+
+
+def test_the_oldest_due_delivery_counts_the_endpoints_not_listed(app, client, auth, producer, receiver, users, clock):
+    producer.subscribe(receiver.url + "/ok/own")
+    for uid in ("cus_1", "cus_2"):
+        producer.put_consumer(uid)
+        producer.subscribe(f"{receiver.url}/ok/{uid}", consumer=uid)
+    publish_to(producer, "cus_1")  # due now; no worker takes it: waiting, not a reason to list its endpoint
+    clock.advance(minutes=3)
+    auth.login("member")
+    html = said(client.get("/", headers={"HX-Request": "true"}))
+    assert "Oldest due delivery waited</dt><dd>3 min</dd>" in html
+    assert "<strong>2</strong> other consumer endpoints not listed" in html
