@@ -161,3 +161,20 @@ def test_a_disabled_consumers_replay_since_says_it_is_held(app, client, auth, pr
                        follow_redirects=True).get_data(as_text=True)
     assert flashes(html)[-1].endswith(
         "1 to send. Consumer cus_1 is disabled: they are held until it is enabled, nothing is sent before.")
+
+
+def test_a_cancelled_replay_since_counts_events_not_dead_letters(app, client, auth, producer, receiver, users, clock):
+    producer.put_consumer("cus_1")
+    since = clock.now()
+    for _ in range(3):
+        addressed(producer, "cus_1")
+    sub = producer.subscribe(receiver.url + "/ok", consumer="cus_1")
+    auth.login("owner")
+    client.post(f"/consumers/{acme_id()}/cus_1/replay-since", data={
+        "csrf_token": auth.csrf(), "subscription": sub["id"], "since": since.strftime("%Y-%m-%dT%H:%M:%S")})
+    replay = db.session.scalar(select(Replay))
+    html = client.post(f"/replays/{replay.id}/cancel", data={"csrf_token": auth.csrf()},
+                       follow_redirects=True).get_data(as_text=True)
+    assert flashes(html) == ["Cancelled after 0 of 3 events."]
+    html = client.get("/audit?team=acme&consumer=cus_1").get_data(as_text=True)
+    assert "0 of 3 events queued for the endpoint" in html and "dead letters re-queued" not in html
