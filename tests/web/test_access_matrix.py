@@ -134,6 +134,7 @@ MATRIX = {
     ("pages.disable_consumer", "POST"): OPERATE,
     ("pages.enable_consumer", "POST"): OPERATE,
     ("pages.recover_consumer", "POST"): OPERATE,  # "replay since": refused on its form (422) when empty
+    ("pages.recover_preview", "GET"): OPERATE,
 }
 
 

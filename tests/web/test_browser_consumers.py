@@ -55,6 +55,11 @@ def test_an_owner_reads_its_consumers_and_disables_one_at_both_widths(app, produ
         assert_on_screen(page.locator("#replay-since button:text('Replay since')"))
         assert_fits(page)
 
+    page.select_option("#replay-since select[name=subscription]", failing["id"])
+    page.fill("#replay-since input[name=since]", "2000-01-01T00:00")
+    page.locator("#recover-preview", has_text="Now: 3 events since 2000-01-01 00:00:00 UTC").wait_for()  # its dead
+    assert_fits(page)
+
     page.fill("input[name=reason]", "moving datacentres")
     page.click("button:text('Disable')")
     page.wait_for_url(f"{live_url}/consumers/{team}/{LONG_UID}")

@@ -178,3 +178,23 @@ def test_a_cancelled_replay_since_counts_events_not_dead_letters(app, client, au
     assert flashes(html) == ["Cancelled after 0 of 3 events."]
     html = client.get("/audit?team=acme&consumer=cus_1").get_data(as_text=True)
     assert "0 of 3 events queued for the endpoint" in html and "dead letters re-queued" not in html
+
+
+def test_the_form_previews_what_it_would_send_now(client, auth, producer, receiver, users, clock):
+    producer.put_consumer("cus_1")
+    since = clock.now()
+    for _ in range(3):
+        addressed(producer, "cus_1")
+    sub = producer.subscribe(receiver.url + "/ok", event_types=["invoice.*"], consumer="cus_1")
+    preview = f"/consumers/{acme_id()}/cus_1/replay-since"
+    asked = {"subscription": sub["id"], "since": since.strftime("%Y-%m-%dT%H:%M:%S")}
+    for role in ("member", "oncall"):
+        auth.login(role)
+        assert client.get(preview, query_string=asked).status_code == 403
+    auth.login("operator")
+    html = re.sub(r"\s+", " ", client.get(preview, query_string=asked).get_data(as_text=True))
+    assert f'Now: <strong class="recover-owed">3</strong> events since {since:%Y-%m-%d %H:%M:%S} UTC that this ' \
+           "endpoint never received or that died." in html
+    html = client.get(preview, query_string={"subscription": sub["id"]}).get_data(as_text=True)
+    assert "Say since when" in html and "recover-owed" not in html
+    assert db.session.scalar(select(Replay)) is None  # a preview starts nothing

@@ -1,10 +1,11 @@
 """Consumers: a team's list (search by uid prefix or name, paged by uid) and one consumer's page (its endpoints'
-health, its dead letters, disable and enable), and the consumer filter other pages share. Roles as for
-subscriptions: owners repair their own team's consumers, operators and admins any team's, the rest read."""
+health, its dead letters, disable and enable, "replay since" with a preview of what it sends), and the consumer
+filter other pages share. Roles as for subscriptions: owners repair their own team's consumers, operators and admins any team's, the rest read."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 
 from flask import abort, current_app, flash, redirect, render_template, request, url_for
@@ -17,6 +18,7 @@ from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_id, parse_time
 from dashboard.models import CONSUMER_UID_PATTERN, Consumer, ConsumerState, Subscription, Team
+from dashboard.operations import recover
 from dashboard.operations import replays as replay_service
 from dashboard.schemas import CONSUMER_UID_WORDS
 from dashboard.stats import overview as figures
@@ -77,9 +79,10 @@ def consumer_filter(args) -> ConsumerFilter:
     return ConsumerFilter(teams, team, uid)
 
 
-def visible_consumer(team_id: int, uid: str, *, repair: bool = False) -> Consumer:
+def visible_consumer(team_id: int, uid: str, *, repair: tuple[str, str] | None = None) -> Consumer:
     """The team's live consumer with this uid if the user may see the team (404 otherwise: another team's consumer
-    does not exist, as far as they can tell), and 403 when `repair` and the user may not disable or enable it."""
+    does not exist, as far as they can tell); with `repair` (what is refused, who may), 403 unless the user may
+    repair it."""
     if not access.can_view_team(current_user, team_id) or not _UID.match(uid):
         abort(404)
     consumer = db.session.scalar(select(Consumer).where(Consumer.team_id == team_id, Consumer.uid == uid,
@@ -88,7 +91,7 @@ def visible_consumer(team_id: int, uid: str, *, repair: bool = False) -> Consume
     if consumer is None:
         abort(404)
     if repair:
-        access.require(access.can_operate_team(current_user, team_id), *REPAIR_WORDS)
+        access.require(access.can_operate_team(current_user, team_id), *repair)
     return consumer
 
 
@@ -137,7 +140,7 @@ def consumer_page(found: Consumer, recover_error: str | None = None, recover_for
 @login_required
 def disable_consumer(team_id, uid):
     # Holds every delivery of its endpoints, with a reason everyone who opens its page reads; "enable" ends it.
-    found = visible_consumer(team_id, uid, repair=True)
+    found = visible_consumer(team_id, uid, repair=REPAIR_WORDS)
     reason = (request.form.get("reason") or "").strip()
     if not reason:
         abort(400, "Say why you disable this consumer: the reason is shown to everyone who opens its page.")
@@ -155,7 +158,7 @@ def disable_consumer(team_id, uid):
 @login_required
 def enable_consumer(team_id, uid):
     # Enabling releases every held delivery of its endpoints, except those paused or disabled on their own.
-    found = visible_consumer(team_id, uid, repair=True)
+    found = visible_consumer(team_id, uid, repair=REPAIR_WORDS)
     if found.state == ConsumerState.ACTIVE:
         flash("This consumer was active already: nothing changed.", "ok")
     else:
@@ -164,26 +167,45 @@ def enable_consumer(team_id, uid):
     return redirect(url_for(".consumer", team_id=team_id, uid=uid))
 
 
+def recover_asked(found: Consumer, args) -> tuple[Subscription, dt.datetime]:
+    """The endpoint and the time a "replay since" form names; ApiError saying what is wrong with them."""
+    sub = db.session.scalar(select(Subscription).where(Subscription.id == (args.get("subscription") or ""),
+                                                       Subscription.consumer_id == found.id,
+                                                       Subscription.deleted_at.is_(None)))
+    since = parse_time((args.get("since") or "").strip() or None, "since")
+    if sub is None:
+        raise ApiError(422, f"Choose one of the endpoints of {found.uid}.")
+    if since is None:
+        raise ApiError(422, "Say since when: the events accepted from that time on are sent again.")
+    if since > current_app.config["CLOCK"].now():
+        raise ApiError(422, "Since is in the future: no event was accepted after it yet.")
+    return sub, since
+
+
 @bp.post("/consumers/<int:team_id>/<uid>/replay-since")
 @login_required
 def recover_consumer(team_id, uid):
     # "Replay since": the consumer's events since a time, to one of its endpoints, as a job with progress.
-    found = visible_consumer(team_id, uid)
-    access.require(access.can_operate_team(current_user, team_id), *RECOVER_WORDS)
-    sub = db.session.scalar(select(Subscription).where(Subscription.id == (request.form.get("subscription") or ""),
-                                                       Subscription.consumer_id == found.id,
-                                                       Subscription.deleted_at.is_(None)))
+    found = visible_consumer(team_id, uid, repair=RECOVER_WORDS)
     try:
-        since = parse_time((request.form.get("since") or "").strip() or None, "since")
-        if sub is None:
-            raise ApiError(422, f"Choose one of the endpoints of {uid}.")
-        if since is None:
-            raise ApiError(422, "Say since when: the events accepted from that time on are sent again.")
-        if since > current_app.config["CLOCK"].now():
-            raise ApiError(422, "Since is in the future: no event was accepted after it yet.")
-        return show_started(*replay_service.start_recover(found, sub, since))
+        return show_started(*replay_service.start_recover(found, *recover_asked(found, request.form)))
     except ApiError as exc:
         return consumer_page(found, recover_error=exc.message, recover_form=request.form)
+
+
+@bp.get("/consumers/<int:team_id>/<uid>/replay-since")
+@login_required
+def recover_preview(team_id, uid):
+    """What the "replay since" form would send now (htmx asks as its fields change): a count, or what is wrong."""
+    found = visible_consumer(team_id, uid, repair=RECOVER_WORDS)
+    try:
+        sub, since = recover_asked(found, request.args)
+    except ApiError as exc:
+        return render_template("consumers/_recover_preview.html", error=exc.message)
+    wanted = recover.RecoverFilter(consumer_id=found.id, consumer=found.uid, subscription_id=sub.id,
+                                   team_id=found.team_id, since=since)
+    return render_template("consumers/_recover_preview.html", error=None, since=since,
+                           owed=wanted.count(sub, current_app.config["CLOCK"].now()))
 
 
 def endpoints_query(subscriptions, chosen: ConsumerFilter):
