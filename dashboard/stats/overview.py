@@ -11,16 +11,19 @@ import functools
 from dataclasses import dataclass, field
 
 import redis
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, func, select, union
 
 from dashboard.models import (
     TEST_EVENT_TYPE,
+    Consumer,
+    ConsumerState,
     Delivery,
     DeliveryState,
     Event,
     Incident,
     OutcomeCount,
     Subscription,
+    SubscriptionHealth,
     SubscriptionState,
 )
 from dashboard.queue.work import WorkQueue
@@ -229,3 +232,37 @@ def consumer_health(rows: list[OverviewRow]) -> dict[int, ConsumerHealth]:
         summary.dead += row.dead
         summary.failing += row.severity == 0
     return health
+
+
+def consumer_endpoints_needing_a_person(team_clauses: list):
+    """The ids (a SELECT) of the live consumer endpoints of the teams `team_clauses` keep that need a person now:
+    paused or disabled, or their consumer disabled; an open incident; dead letters owed; a failing streak
+    (subscription_health.failing_since). Found in the database, never by loading every consumer endpoint: open
+    incidents and dead letters from their partial indexes; states and streaks from their columns (no index holds
+    them); each joined to subscriptions by key."""
+    # Uncorrelated: the overview narrows its own query of subscriptions with it.
+    ids = select(Subscription.id).where(Subscription.deleted_at.is_(None), Subscription.consumer_id.is_not(None),
+                                        *team_clauses).correlate(None)
+    return union(
+        ids.where(Subscription.state != SubscriptionState.ACTIVE),
+        ids.join(Consumer, Consumer.id == Subscription.consumer_id).where(Consumer.state == ConsumerState.DISABLED),
+        ids.join(Incident, Incident.subscription_id == Subscription.id).where(Incident.resolved_at.is_(None)),
+        ids.where(Subscription.id.in_(
+            select(Delivery.subscription_id).where(Delivery.state == DeliveryState.DEAD).distinct())),
+        ids.join(SubscriptionHealth, SubscriptionHealth.subscription_id == Subscription.id)
+        .where(SubscriptionHealth.failing_since.is_not(None)),
+    )
+
+
+def consumer_endpoint_count(session, team_clauses: list) -> int:
+    """Live consumer endpoints of the teams `team_clauses` keep: one count over ix_subscriptions_team_consumer."""
+    return session.scalar(select(func.count()).select_from(Subscription).where(
+        *team_clauses, Subscription.consumer_id.is_not(None), Subscription.deleted_at.is_(None)))
+
+
+def oldest_due(session, team_clauses: list, now: dt.datetime) -> dt.datetime | None:
+    """When the oldest due delivery of the teams `team_clauses` keep fell due, listed endpoint or not: the due
+    deliveries' index in time order, up to the first of these teams'."""
+    of_teams = [Delivery.subscription_id.in_(select(Subscription.id).where(*team_clauses))] if team_clauses else []
+    return session.scalar(select(func.min(Delivery.next_attempt_at)).where(
+        Delivery.state.in_(DeliveryState.DUE), Delivery.next_attempt_at <= now, *of_teams))

@@ -133,6 +133,8 @@ MATRIX = {
     ("pages.consumer", "GET"): TEAM_PAGE,
     ("pages.disable_consumer", "POST"): OPERATE,
     ("pages.enable_consumer", "POST"): OPERATE,
+    ("pages.recover_consumer", "POST"): OPERATE,  # "replay since": refused on its form (422) when empty
+    ("pages.recover_preview", "GET"): OPERATE,
 }
 
 

@@ -1,5 +1,6 @@
 """The consumers list and a consumer's page in a real browser, at a desktop's width and a phone's: nothing wider
-than the screen, the consumer's state and its disable button on screen, and disabling it from the page."""
+than the screen, the consumer's state, its disable button and its "replay since" form on screen, and disabling it
+from the page."""
 
 from __future__ import annotations
 
@@ -49,7 +50,15 @@ def test_an_owner_reads_its_consumers_and_disables_one_at_both_widths(app, produ
         assert_on_screen(page.locator("button:text('Disable')"))
         assert_on_screen(page.locator(f"table.overview a[href='/subscriptions/{failing['id']}']"))
         assert page.locator("text=3 dead letters").count() == 1
+        assert_on_screen(page.locator("#replay-since select[name=subscription]"))  # its endpoints, long URLs too
+        assert_on_screen(page.locator("#replay-since input[name=since]"))
+        assert_on_screen(page.locator("#replay-since button:text('Replay since')"))
         assert_fits(page)
+
+    page.select_option("#replay-since select[name=subscription]", failing["id"])
+    page.fill("#replay-since input[name=since]", "2000-01-01T00:00")
+    page.locator("#recover-preview", has_text="Now: 3 events since 2000-01-01 00:00:00 UTC").wait_for()  # its dead
+    assert_fits(page)
 
     page.fill("input[name=reason]", "moving datacentres")
     page.click("button:text('Disable')")

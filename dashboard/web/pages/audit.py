@@ -14,7 +14,7 @@ from dashboard.audit import ACCOUNT_ACTIONS
 from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
-from dashboard.models import CONSUMER_UID_PATTERN, AuditEntry, Subscription, Team
+from dashboard.models import CONSUMER_UID_PATTERN, AuditEntry, Replay, ReplayKind, Subscription, Team
 from dashboard.operations.notifications import masked
 from dashboard.schemas import CONSUMER_UID_WORDS
 from dashboard.web.pages import bp
@@ -46,18 +46,35 @@ def _words(key: str) -> str:
     return key.replace("_", " ")
 
 
-def _replay_summary(action: str, detail: dict) -> str | None:
-    """A replay's or discard's counts as the replay page says them; None for other entries."""
+def _replay_summary(action: str, detail: dict, deliveries: int | None = None, recover: bool = False) -> str | None:
+    """A replay's, discard's or recover's counts as the replay page says them; None for other entries. A recover
+    that is cancelled or fails is logged as `replay.cancelled` or `replay.failed`: `recover` says it was one."""
     n = {k: v for k, v in detail.items() if isinstance(v, int)}
+    if action == "recover.started" and isinstance(detail.get("consumer"), str) and detail.get("since"):
+        since = parse_time(detail["since"], "since")
+        return (f"Replay since {since:%Y-%m-%d %H:%M:%S} UTC for consumer {detail['consumer']}: {deliveries or 0} "
+                "events its endpoint never received or that died, to send")
+    if action == "recover.finished" and "delivered" in n:
+        return (f"{n['requeued']} events queued for the endpoint: {n['delivered']} delivered, "
+                f"{n['failed']} failed (dead), {n['waiting']} still on their way, {n['held']} held until resume")
     if action == "replay.finished" and "delivered" in n:
         return (f"{n['delivered']} of {n['requeued']} delivered, {n['failed']} failed (dead again), "
                 f"{n['waiting']} still on their way, {n['held']} held until resume")
     if action.startswith("replay.") and action != "replay.started" and "total" in n:  # cancelled, failed, older
         requeued = n.get("requeued", n["total"] if action == "replay.finished" else None)
-        return f"{requeued} of {n['total']} dead letters re-queued" if requeued is not None else None
+        what = "events queued for the endpoint" if recover else "dead letters re-queued"
+        return f"{requeued} of {n['total']} {what}" if requeued is not None else None
     if action.startswith("discard.") and "discarded" in n:
         return f"{n['discarded']} of {n.get('total', n['discarded'])} dead letters discarded"
     return None
+
+
+def _was_recover(entry: AuditEntry) -> bool:
+    """Whether a cancelled or failed replay's entry is a recover's (those few entries read their replay's kind)."""
+    if entry.action not in ("replay.cancelled", "replay.failed") or not (entry.target or "").startswith("replay:"):
+        return False
+    return db.session.scalar(select(Replay.kind).where(Replay.id == entry.target[len("replay:"):])) \
+        == ReplayKind.RECOVER
 
 
 def detail_rows(entry: AuditEntry, sink_team_id: int | None) -> dict:
@@ -65,7 +82,7 @@ def detail_rows(entry: AuditEntry, sink_team_id: int | None) -> dict:
     `changes` is [(field, before, after)] for an edit (each changed field's old and new value), `facts` is
     [(key, value)] for the rest, keys and values in words."""
     detail = dict(entry.detail or {})
-    summary = _replay_summary(entry.action, detail)
+    summary = _replay_summary(entry.action, detail, entry.deliveries, recover=_was_recover(entry))
     if summary is not None:
         detail = {k: v for k, v in detail.items() if k == "error"}
     sink = sink_team_id is not None and entry.team_id == sink_team_id

@@ -1,10 +1,11 @@
 """Consumers: a team's list (search by uid prefix or name, paged by uid) and one consumer's page (its endpoints'
-health, its dead letters, disable and enable), and the consumer filter other pages share. Roles as for
-subscriptions: owners repair their own team's consumers, operators and admins any team's, the rest read."""
+health, its dead letters, disable and enable, "replay since" with a preview of what it sends), and the consumer
+filter other pages share. Roles as for subscriptions: owners repair their own team's consumers, operators and admins any team's, the rest read."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 
 from flask import abort, current_app, flash, redirect, render_template, request, url_for
@@ -15,13 +16,15 @@ from sqlalchemy.orm import joinedload
 from dashboard.accounts import access
 from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
-from dashboard.core.validation import ApiError, parse_id
+from dashboard.core.validation import ApiError, parse_id, parse_time
 from dashboard.models import CONSUMER_UID_PATTERN, Consumer, ConsumerState, Subscription, Team
+from dashboard.operations import recover
 from dashboard.operations import replays as replay_service
 from dashboard.schemas import CONSUMER_UID_WORDS
 from dashboard.stats import overview as figures
 from dashboard.subscriptions import checks as check_service
 from dashboard.web.pages import bp
+from dashboard.web.pages.replays import show_started
 from dashboard.web.pages.subscriptions import held_words, released_words
 
 PAGE = 50
@@ -29,6 +32,7 @@ DEAD_LETTERS = 20
 MAX_REASON = 500
 _UID = re.compile(CONSUMER_UID_PATTERN)
 REPAIR_WORDS = ("disable or enable this consumer", "operators and admins, and owners of its team")
+RECOVER_WORDS = ("replay this consumer's events", "operators and admins, and owners of its team")
 
 
 def pickable_teams() -> list[Team]:
@@ -75,9 +79,10 @@ def consumer_filter(args) -> ConsumerFilter:
     return ConsumerFilter(teams, team, uid)
 
 
-def visible_consumer(team_id: int, uid: str, *, repair: bool = False) -> Consumer:
+def visible_consumer(team_id: int, uid: str, *, repair: tuple[str, str] | None = None) -> Consumer:
     """The team's live consumer with this uid if the user may see the team (404 otherwise: another team's consumer
-    does not exist, as far as they can tell), and 403 when `repair` and the user may not disable or enable it."""
+    does not exist, as far as they can tell); with `repair` (what is refused, who may), 403 unless the user may
+    repair it."""
     if not access.can_view_team(current_user, team_id) or not _UID.match(uid):
         abort(404)
     consumer = db.session.scalar(select(Consumer).where(Consumer.team_id == team_id, Consumer.uid == uid,
@@ -86,7 +91,7 @@ def visible_consumer(team_id: int, uid: str, *, repair: bool = False) -> Consume
     if consumer is None:
         abort(404)
     if repair:
-        access.require(access.can_operate_team(current_user, team_id), *REPAIR_WORDS)
+        access.require(access.can_operate_team(current_user, team_id), *repair)
     return consumer
 
 
@@ -111,7 +116,12 @@ def consumers():
 @bp.get("/consumers/<int:team_id>/<uid>")
 @login_required
 def consumer(team_id, uid):
-    found = visible_consumer(team_id, uid)
+    return consumer_page(visible_consumer(team_id, uid))
+
+
+def consumer_page(found: Consumer, recover_error: str | None = None, recover_form=None):
+    """A consumer's page; with `recover_error`, its "replay since" form refused (422), the form as it was sent."""
+    team_id, uid = found.team_id, found.uid
     now = current_app.config["CLOCK"].now()
     rows = figures.overview_rows(db.session, consumer_service.endpoints_of(team_id, [found.id]), now)
     dead = replay_service.DeadLetterFilter(team_id=team_id, consumer=uid)
@@ -121,14 +131,16 @@ def consumer(team_id, uid):
                            failed_checks=check_service.latest_failed([r.sub.id for r in rows]),
                            dead_letters=dead_letters, dead_count=replay_service.count(where), dead_args=dead.as_args(),
                            can_repair=access.can_operate_team(current_user, team_id),
-                           can_create=access.can_create_in(current_user, team_id))
+                           can_create=access.can_create_in(current_user, team_id),
+                           recover_endpoints=[r.sub for r in rows], recover_error=recover_error,
+                           recover_form=recover_form or {}), 422 if recover_error else 200
 
 
 @bp.post("/consumers/<int:team_id>/<uid>/disable")
 @login_required
 def disable_consumer(team_id, uid):
     # Holds every delivery of its endpoints, with a reason everyone who opens its page reads; "enable" ends it.
-    found = visible_consumer(team_id, uid, repair=True)
+    found = visible_consumer(team_id, uid, repair=REPAIR_WORDS)
     reason = (request.form.get("reason") or "").strip()
     if not reason:
         abort(400, "Say why you disable this consumer: the reason is shown to everyone who opens its page.")
@@ -146,13 +158,54 @@ def disable_consumer(team_id, uid):
 @login_required
 def enable_consumer(team_id, uid):
     # Enabling releases every held delivery of its endpoints, except those paused or disabled on their own.
-    found = visible_consumer(team_id, uid, repair=True)
+    found = visible_consumer(team_id, uid, repair=REPAIR_WORDS)
     if found.state == ConsumerState.ACTIVE:
         flash("This consumer was active already: nothing changed.", "ok")
     else:
         released = consumer_service.set_state(found, ConsumerState.ACTIVE)
         flash(f"Enabled: {released_words(released)}", "ok")
     return redirect(url_for(".consumer", team_id=team_id, uid=uid))
+
+
+def recover_asked(found: Consumer, args) -> tuple[Subscription, dt.datetime]:
+    """The endpoint and the time a "replay since" form names; ApiError saying what is wrong with them."""
+    sub = db.session.scalar(select(Subscription).where(Subscription.id == (args.get("subscription") or ""),
+                                                       Subscription.consumer_id == found.id,
+                                                       Subscription.deleted_at.is_(None)))
+    since = parse_time((args.get("since") or "").strip() or None, "since")
+    if sub is None:
+        raise ApiError(422, f"Choose one of the endpoints of {found.uid}.")
+    if since is None:
+        raise ApiError(422, "Say since when: the events accepted from that time on are sent again.")
+    if since > current_app.config["CLOCK"].now():
+        raise ApiError(422, "Since is in the future: no event was accepted after it yet.")
+    return sub, since
+
+
+@bp.post("/consumers/<int:team_id>/<uid>/replay-since")
+@login_required
+def recover_consumer(team_id, uid):
+    # "Replay since": the consumer's events since a time, to one of its endpoints, as a job with progress.
+    found = visible_consumer(team_id, uid, repair=RECOVER_WORDS)
+    try:
+        return show_started(*replay_service.start_recover(found, *recover_asked(found, request.form)))
+    except ApiError as exc:
+        return consumer_page(found, recover_error=exc.message, recover_form=request.form)
+
+
+@bp.get("/consumers/<int:team_id>/<uid>/replay-since")
+@login_required
+def recover_preview(team_id, uid):
+    """What the "replay since" form would send now (htmx asks as its fields change): a count, or what is wrong."""
+    found = visible_consumer(team_id, uid, repair=RECOVER_WORDS)
+    try:
+        sub, since = recover_asked(found, request.args)
+    except ApiError as exc:
+        return render_template("consumers/_recover_preview.html", error=exc.message)
+    wanted = recover.RecoverFilter(consumer_id=found.id, consumer=found.uid, subscription_id=sub.id,
+                                   team_id=found.team_id, since=since)
+    return render_template("consumers/_recover_preview.html", error=None, since=since,
+                           owed=wanted.count(sub, current_app.config["CLOCK"].now()))
 
 
 def endpoints_query(subscriptions, chosen: ConsumerFilter):

@@ -7,13 +7,13 @@ import dataclasses
 
 from flask import abort, current_app, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
-from sqlalchemy import select
+from sqlalchemy import literal, select
 
 from dashboard.accounts import access
 from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
-from dashboard.models import Delivery, ReplayKind, Subscription, Team
+from dashboard.models import Delivery, DeliveryState, ReplayKind, Subscription, Team
 from dashboard.operations import replays as replay_service
 from dashboard.operations import subscription_status
 from dashboard.web.pages import bp
@@ -64,17 +64,32 @@ def dead_letters():
     narrowed = operable(dead)
     may_replay = narrowed is not None
     replayable = matching if narrowed == dead or not may_replay else replay_service.count(narrowed.where(visible))
-    subs_query = access.restrict(select(Subscription), current_user, Subscription.team_id)
-    if dead.consumer:  # the consumer's own endpoints to pick from, not every one of its team's
-        subs_query = subs_query.where(Subscription.team_id == dead.team_id, Subscription.consumer_id.in_(
-            consumer_service.ids_named(dead.team_id, dead.consumer)))
-    subs = db.session.scalars(subs_query.order_by(Subscription.url)).all()
+    subs = endpoint_choices(dead)
     teams = db.session.scalars(access.restrict(select(Team), current_user, Team.id).order_by(Team.name)).all()
     warnings = failing_notes(dead.where(visible)) if may_replay and matching else []
     return render_template("dead_letters/page.html", dead=dead, args=dead.as_args(), rows=rows, cursor=cursor,
                            matching=matching, replayable=replayable, may_replay=may_replay, subscriptions=subs,
                            replay_warnings=warnings,
                            teams=teams, error=error.message if error else None), error.status if error else 200
+
+
+def endpoint_choices(dead: replay_service.DeadLetterFilter) -> list[Subscription]:
+    """The filter's endpoints to pick from: a chosen consumer's own; otherwise the teams' own endpoints and, of
+    their consumers' (there may be 100,000), those with dead letters (from the dead deliveries' partial index),
+    and the one chosen."""
+    subs_query = access.restrict(select(Subscription), current_user, Subscription.team_id)
+    if dead.team_id is not None:
+        subs_query = subs_query.where(Subscription.team_id == dead.team_id)
+    if dead.consumer:
+        return db.session.scalars(subs_query.where(Subscription.consumer_id.in_(
+            consumer_service.ids_named(dead.team_id, dead.consumer))).order_by(Subscription.url)).all()
+    own = db.session.scalars(subs_query.where(Subscription.consumer_id.is_(None))).all()
+    with_dead = select(Delivery.subscription_id).where(Delivery.state == DeliveryState.DEAD).distinct()
+    if dead.subscription_id:
+        with_dead = with_dead.union(select(literal(dead.subscription_id)))
+    consumers = db.session.scalars(subs_query.where(Subscription.consumer_id.is_not(None),
+                                                    Subscription.id.in_(with_dead))).all()
+    return sorted(own + consumers, key=lambda sub: (sub.url, sub.id))
 
 
 def failing_notes(where: list) -> list[str]:

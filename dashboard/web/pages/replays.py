@@ -11,7 +11,8 @@ from flask_login import current_user, login_required
 from dashboard.accounts import access
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
-from dashboard.models import Replay, ReplayKind, ReplayState, Subscription, SubscriptionState
+from dashboard.models import ConsumerState, Replay, ReplayKind, ReplayState, Subscription, SubscriptionState
+from dashboard.operations import recover
 from dashboard.operations import replays as replay_service
 from dashboard.operations import subscription_status
 from dashboard.web.pages import bp
@@ -29,17 +30,30 @@ def show_started(replay: Replay, started: bool):
     """Answer a replay (or discard) button at once: to its progress page (the one already running, if any).
     A replay of a paused or disabled subscription says its deliveries will be held."""
     if not started:
-        flash(f"This {replay.kind} is already running: here it is.", "ok")
+        what = "replay since" if replay.kind == ReplayKind.RECOVER else replay.kind
+        flash(f"This {what} is already running: here it is.", "ok")
     elif replay.kind == ReplayKind.DISCARD:
         flash(f"Discarding {replay.total} dead letters: they will never be sent, and stay readable.", "ok")
+    elif replay.kind == ReplayKind.RECOVER:
+        flash(f"{recover_words(replay)}: {replay.total} to send.{held_note(replay.subscription_id)}", "ok")
     else:
         flash(f"Replaying {replay.total} dead letters.{held_note(replay.subscription_id)}", "ok")
     return redirect(url_for(".replay_progress", replay_id=replay.id))
 
 
+def recover_words(replay: Replay) -> str:
+    """What a recover does: "Sending the events addressed to cus_1 since 2026-12-01 09:00 UTC that its endpoint
+    never received or that died" (the endpoint is named beside it on every page that shows one)."""
+    recovered = recover.RecoverFilter.from_json(replay.filter)
+    return (f"Sending the events addressed to {recovered.consumer} since {recovered.since:%Y-%m-%d %H:%M:%S} UTC "
+            "that this endpoint never received or that died")
+
+
 def held_note(subscription_id: str | None) -> str:
-    """" They are held until resume …" when the subscription is paused or disabled; "" otherwise."""
+    """" They are held until resume …" when the subscription (or its consumer) is paused or disabled; "" otherwise."""
     sub = db.session.get(Subscription, subscription_id) if subscription_id else None
+    if sub is not None and sub.consumer is not None and sub.consumer.state == ConsumerState.DISABLED:
+        return f" Consumer {sub.consumer.uid} is disabled: they are held until it is enabled, nothing is sent before."
     if sub is None or sub.state == SubscriptionState.ACTIVE:
         return ""
     until = "it is enabled" if sub.state == SubscriptionState.DISABLED else "you resume it"
@@ -85,7 +99,14 @@ def replay_progress(replay_id):
     template = "replays/_progress.html" if request.headers.get("HX-Request") else "replays/page.html"
     sub = db.session.get(Subscription, replay.subscription_id) if replay.subscription_id else None
     return render_template(template, replay=replay, outcome=outcome, poll=poll, can_cancel=can_cancel(replay),
-                           progress=replay_service.progress_word(replay, outcome), subscription=sub)
+                           progress=replay_service.progress_word(replay, outcome), subscription=sub,
+                           recovered=recovered(replay))
+
+
+@bp.app_template_global("recovered")
+def recovered(replay: Replay) -> recover.RecoverFilter | None:
+    """A recover's filter as pages name it (its consumer's uid, its since), for the filter line; None otherwise."""
+    return recover.RecoverFilter.from_json(replay.filter) if replay.kind == ReplayKind.RECOVER else None
 
 
 @bp.post("/replays/<replay_id>/cancel")
@@ -95,7 +116,8 @@ def cancel_replay(replay_id):
     replay = replay_or_404(replay_id)
     access.require(can_cancel(replay))
     if replay_service.cancel(replay):
-        flash(f"Cancelled after {replay.done} of {replay.total} dead letters.", "ok")
+        what = "events" if replay.kind == ReplayKind.RECOVER else "dead letters"
+        flash(f"Cancelled after {replay.done} of {replay.total} {what}.", "ok")
     else:
         flash(f"This replay had already {replay.state}.", "ok")
     return redirect(url_for(".replay_progress", replay_id=replay.id))
