@@ -616,8 +616,9 @@ class DeliveryEngine:
             # A full team whose share one slow subscription holds is popped now and then all the same: its other
             # subscriptions' work (another consumer's) starts beside it (may_start), the slow one's goes back (admit).
             beside = set()
-            if full and now >= next_beside_pop:
-                beside = run.concentrated_teams() & set(full)
+            if now >= next_beside_pop:
+                run.beside = run.concentrated_teams() if full else set()
+                beside = run.beside & set(full)
                 if beside:
                     skip = [team for team in skip if team not in beside]
                     next_beside_pop = now + BESIDE_POP_SECONDS
@@ -858,6 +859,7 @@ class _Drain:
         self.team_waiting: Counter = Counter()
         self.team_waiting_subs: Counter = Counter()  # per team, its subscriptions with deliveries waiting here
         self.team_of: dict[str, str] = {}  # the team of each subscription that has had a request in flight here
+        self.beside: set[str] = set()  # teams held by one slow subscription, as last found (concentrated_teams)
         self.arriving_subs: dict[str, int] = {}  # per team, the subscriptions of the claim being taken
         self.wanting: frozenset = frozenset()
         self.active: frozenset = frozenset()
@@ -902,8 +904,9 @@ class _Drain:
         others = self.team_waiting_subs.get(team, 0) + self.arriving_subs.get(team, 0) - (sub in self.waiting)
         part = max(1, share // (others + 1))
         # A subscription under its part of its team's share starts as a newcomer team would, even while another
-        # subscription of its team holds the whole share: one consumer's slow endpoint never holds back another's.
-        if self.team_slots.get(team, 0) < share or (others > 0 and held < part):
+        # subscription of its team holds the whole share with slow requests: one consumer's slow endpoint never
+        # holds back another's.
+        if self.team_slots.get(team, 0) < share or (others > 0 and held < part and team in self.beside):
             if self.slots >= 2 * engine.max_in_flight:
                 return False
         elif not (self.slots < engine.max_in_flight and len(self.wanting) == (team in self.wanting)):
@@ -911,7 +914,7 @@ class _Drain:
         return others <= 0 or held < part
 
     def concentrated_teams(self) -> set[str]:
-        """Teams holding their share of the slots in one slow subscription alone (its oldest request in flight for
+        """Teams whose whole share of the slots one slow subscription holds (its oldest request in flight for
         CONCENTRATED_SECONDS). Their other subscriptions' work may start beside it (may_start), so it is popped
         from Redis every BESIDE_POP_SECONDS, and the slow one's handed back (admit)."""
         top: dict[str, tuple[int, str]] = {}
@@ -924,7 +927,7 @@ class _Drain:
             return set()
         slow_since = time.monotonic() - CONCENTRATED_SECONDS
         return {team for team, (held, sub) in top.items()
-                if held == self.team_slots.get(team, 0) >= self.share(team) and min(self.started_at[sub]) < slow_since}
+                if held >= self.share(team) and min(self.started_at[sub]) < slow_since}
 
     def full_teams(self) -> list[str]:
         """Teams this drain can start nothing more for, or holds enough work of already: a pop leaves
