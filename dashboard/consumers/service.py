@@ -149,16 +149,16 @@ def delete(consumer: Consumer) -> int:
     return len(released)
 
 
-def page(team: Team, prefix: str | None, limit: int, after: str | None, *, search: str | None = None
-         ) -> tuple[list[Consumer], str | None]:
-    """The team's live consumers by uid, those starting with `prefix` (an index range), after `after`.
-    `search` (the dashboard's): a uid prefix, or words in the name."""
+def page(team: Team, prefix: str | None, limit: int, after: str | None) -> tuple[list[Consumer], str | None]:
+    """The team's live consumers by uid, those starting with `prefix` (an index range), after `after`."""
     query = select(Consumer).where(Consumer.team_id == team.id, Consumer.deleted_at.is_(None))
     if prefix:
         query = query.where(Consumer.uid >= prefix, Consumer.uid < prefix + _PAST_UID_CHARACTERS)
-    if search:
-        query = query.where((Consumer.uid >= search) & (Consumer.uid < search + _PAST_UID_CHARACTERS)
-                            | func.lower(Consumer.name).contains(search.lower(), autoescape=True))
+    return _uid_page(query, limit, after)
+
+
+def _uid_page(query, limit: int, after: str | None) -> tuple[list[Consumer], str | None]:
+    """A page of `query`'s consumers in uid order after `after`, and the next page's cursor (None on the last)."""
     if after:
         query = query.where(Consumer.uid > after)
     rows = db.session.scalars(query.order_by(Consumer.uid).limit(limit + 1)).all()
@@ -202,8 +202,4 @@ def search_page(team: Team, search: str, limit: int, after: str | None) -> tuple
     by_uid = live.where(Consumer.uid >= search, Consumer.uid < search + _PAST_UID_CHARACTERS)
     any_uid = db.session.scalar(by_uid.with_only_columns(Consumer.id).limit(1)) is not None
     query = by_uid if any_uid else live.where(func.lower(Consumer.name).contains(search.lower(), autoescape=True))
-    if after:
-        query = query.where(Consumer.uid > after)
-    rows = db.session.scalars(query.order_by(Consumer.uid).limit(limit + 1)).all()
-    shown = rows[:limit]
-    return shown, shown[-1].uid if len(rows) > limit else None
+    return _uid_page(query, limit, after)
