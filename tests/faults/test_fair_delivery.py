@@ -183,5 +183,6 @@ def test_one_consumers_slow_endpoint_does_not_slow_the_same_teams_other_consumer
                "fine_p95_seconds": round(latencies[int(0.95 * len(latencies)) - 1], 3),
                "fine_max_seconds": round(latencies[-1], 3), "stuck_requests_started_by_then": stuck_started}
     report("isolation: one consumer's slow endpoint, the same team's other consumer", figures)
-    assert stuck_started <= MAX_IN_FLIGHT  # "fine" was served within "stuck"'s first round, not after it
+    # "fine" was served within "stuck"'s first round, not after it: up's two workers start a round each.
+    assert stuck_started <= 2 * MAX_IN_FLIGHT
     assert figures["fine_p95_seconds"] <= B_P95_BOUND, figures
