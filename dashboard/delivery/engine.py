@@ -616,11 +616,12 @@ class DeliveryEngine:
             # A full team whose share one slow subscription holds is popped now and then all the same: its other
             # subscriptions' work (another consumer's) starts beside it (may_start), the slow one's goes back (admit).
             beside = set()
-            if now >= next_beside_pop:
+            if now >= next_beside_pop:  # at most this often: it walks every subscription the drain has served
                 run.beside = run.concentrated_teams() if full else set()
                 beside = run.beside & set(full)
                 if beside:
                     skip = [team for team in skip if team not in beside]
+                if full:
                     next_beside_pop = now + BESIDE_POP_SECONDS
             # After a pop that skipped teams and found nothing, the next waits a little (a newcomer is all it
             # can find), unless a team has stopped being skipped.
