@@ -30,6 +30,8 @@ def current_actor() -> tuple[str, str]:
         if request.blueprint == "api" and g.get("api_token_prefix"):
             return "token", g.api_token_prefix
         if current_user and current_user.is_authenticated:
+            if current_user.role == "portal":  # a consumer in its portal (dashboard.accounts.access.PortalUser)
+                return "portal", current_user.uid
             return "user", current_user.email
     return SYSTEM
 

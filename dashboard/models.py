@@ -85,6 +85,10 @@ class Team(db.Model):
     # Strict: only event types declared in the catalog are accepted.
     strict_event_types: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    # The consumer portal's look and who may frame it (dashboard.consumers.portal checks them).
+    portal_frame_ancestors: Mapped[list | None] = mapped_column(JSON)
+    portal_accent: Mapped[str | None] = mapped_column(String(7))
+    portal_logo_url: Mapped[str | None] = mapped_column(String(500))
 
     subscriptions: Mapped[list[Subscription]] = relationship(back_populates="team")
 
@@ -119,6 +123,27 @@ class Consumer(db.Model):
     deleted_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
 
     team: Mapped[Team] = relationship()
+
+
+class PortalLink(db.Model):
+    """A sign-in link a producer hands one consumer, and the portal session it opens (dashboard.consumers.portal).
+    Only hashes of the link's and the session's random tokens are kept; the session ends when the link expires."""
+
+    __tablename__ = "portal_links"
+    __table_args__ = (Index("ix_portal_links_consumer", "consumer_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"))
+    consumer_id: Mapped[int] = mapped_column(ForeignKey("consumers.id"))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    session_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(254))
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    opened_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+
+    consumer: Mapped[Consumer] = relationship()
 
 
 class TeamQuota(db.Model):

@@ -202,6 +202,39 @@ class ConsumerInput(Body):
     model_config = ConfigDict(json_schema_extra={"examples": [{"name": "Acme Corp", "metadata": {"plan": "pro"}}]})
 
 
+class PortalLinkInput(Body):
+    """POST /consumers/{uid}/portal-links: how long the link (and the session it opens) lasts."""
+    expires_in: Annotated[int, Field(ge=60, le=604800, description="seconds, from 60 to 604,800 (7 days)"),
+                          Must("a whole number of seconds from 60 to 604800 (7 days)")] = 3600
+
+
+class PortalLink(BaseModel):
+    url: str = Field(description="signs one browser in to the consumer's portal, once; shown only in this answer")
+    expires_at: str = Field(description="when the link, and the session it opens, end")
+
+
+class PortalSessionsRevoked(BaseModel):
+    revoked: int = Field(description="open sessions and unused links of the consumer that are now ended")
+
+
+class PortalSettingsInput(Body):
+    """PUT /portal-settings: the fields given replace the stored ones."""
+    frame_ancestors: Annotated[list[str] | None,
+                               Field(max_length=10, description="origins (https://app.example.com) whose pages may "
+                                                                "show the portal in an iframe; none by default"),
+                               Must("a list of at most 10 origins")] = None
+    accent_color: Annotated[str | None, Field(description="#rrggbb, for the portal's buttons and links"),
+                            Must("a colour as #rrggbb, or null")] = None
+    logo_url: Annotated[str | None, Field(description="an https URL of an image shown at the top of the portal"),
+                        Must("an https URL, or null")] = None
+
+
+class PortalSettings(BaseModel):
+    frame_ancestors: list[str]
+    accent_color: str | None
+    logo_url: str | None
+
+
 class ConsumersQuery(BaseModel):
     """A page of the team's consumers, by uid."""
 

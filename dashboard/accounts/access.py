@@ -6,9 +6,11 @@ table, and tests/web/test_access_matrix.py checks those copies against it and ev
 
 from __future__ import annotations
 
+import dataclasses
+
 from flask import abort
 from flask_login import current_user
-from sqlalchemy import or_, select
+from sqlalchemy import false, or_, select
 from werkzeug.exceptions import Forbidden
 
 from dashboard.core.extensions import db
@@ -39,7 +41,40 @@ SYSTEM_TEAM = "promesa-system"
 GLOBAL_OPERATORS = frozenset({"admin", "operator"})
 
 
+# Whoever holds a consumer portal session: one consumer of one team, never a dashboard user.
+PORTAL = "portal"
+
+
+@dataclasses.dataclass(frozen=True)
+class PortalUser:
+    """A consumer portal session (dashboard.consumers.portal) as Flask-Login's user: it sees and manages its
+    consumer's own subscriptions, and nothing of its team, another consumer, or the dashboard."""
+
+    session_token: str
+    team_id: int
+    consumer_id: int
+    uid: str
+    role: str = PORTAL
+    email: None = None
+    is_authenticated: bool = True
+    is_active: bool = True
+    is_anonymous: bool = False
+
+    def get_id(self) -> str:
+        return f"{PORTAL}:{self.session_token}"
+
+
+def is_portal(user) -> bool:
+    return getattr(user, "role", None) == PORTAL
+
+
+def _consumers_own(user, sub) -> bool:
+    return sub.team_id == user.team_id and sub.consumer_id is not None and sub.consumer_id == user.consumer_id
+
+
 def _own_team(user, team_id) -> bool:
+    if is_portal(user):
+        return False  # a consumer is not its team
     return user.team_id is not None and team_id is not None and user.team_id == team_id
 
 
@@ -61,6 +96,8 @@ def hidden_team_id(user) -> int | None:
 
 
 def can_view_team(user, team_id) -> bool:
+    if is_portal(user):
+        return False
     if user.role == "admin":
         return True
     if user.role in GLOBAL_READERS:
@@ -69,12 +106,16 @@ def can_view_team(user, team_id) -> bool:
 
 
 def can_view(user, sub) -> bool:
+    if is_portal(user):
+        return _consumers_own(user, sub)
     return can_view_team(user, sub.team_id)
 
 
 def can_operate(user, sub) -> bool:
     """Pause, resume, disable, enable, replay, run a receiver check: operators and admins anywhere, owners
-    on their own team."""
+    on their own team; a consumer, in its portal, on its own."""
+    if is_portal(user):
+        return _consumers_own(user, sub)
     return can_operate_team(user, sub.team_id)
 
 
@@ -92,7 +133,9 @@ def operable_team_ids(user) -> list[int] | None:
 
 def can_edit(user, sub) -> bool:
     """Change what a subscription is (url, types, secret, limits), delete it, send it a test event:
-    owners of its team and admins. Operators repair; they do not redefine."""
+    owners of its team and admins, and its consumer in the portal. Operators repair; they do not redefine."""
+    if is_portal(user):
+        return _consumers_own(user, sub)
     return user.role == "admin" or (user.role == "owner" and _own_team(user, sub.team_id))
 
 
@@ -118,6 +161,8 @@ def is_admin(user) -> bool:
 
 def visible_to(user, team_column):
     """A WHERE clause that keeps only the rows of teams this user may see (None: every team)."""
+    if is_portal(user):
+        return false()  # the portal lists its consumer's own rows by consumer, never a team's
     if user.role == "admin":
         return None
     if user.role in GLOBAL_READERS:

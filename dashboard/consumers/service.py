@@ -6,6 +6,7 @@ from flask import current_app
 from sqlalchemy import func, select, update
 
 from dashboard import audit
+from dashboard.consumers import portal
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, compact_json, refuse_nul
 from dashboard.ingest import quotas
@@ -98,6 +99,7 @@ def set_state(consumer: Consumer, state: str, reason: str | None = None) -> int:
     released = []
     if state == ConsumerState.DISABLED:
         consumer.state_reason = reason or None
+        portal.revoke(consumer, "disabled")
         # As pausing a subscription holds: one in flight finishes, and is held if it fails (engine).
         count = db.session.execute(
             update(Delivery).where(Delivery.subscription_id.in_(subs), Delivery.state.in_(DeliveryState.DUE),
@@ -138,6 +140,7 @@ def delete(consumer: Consumer) -> int:
                        .values(state=SubscriptionState.ACTIVE, state_reason=None)
                        .execution_options(synchronize_session=False))
     released = _release_held(consumer, now)
+    portal.revoke(consumer, "deleted")
     subscriptions = db.session.execute(
         update(Subscription).where(Subscription.consumer_id == consumer.id, Subscription.deleted_at.is_(None))
         .values(deleted_at=now).execution_options(synchronize_session=False)).rowcount

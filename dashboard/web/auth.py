@@ -26,19 +26,32 @@ from sqlalchemy import select
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from dashboard import audit
+from dashboard.accounts import access
 from dashboard.accounts import service as accounts
 from dashboard.accounts.login_throttle import LoginThrottle
 from dashboard.accounts.passwords import min_length
+from dashboard.consumers import portal
 from dashboard.core.clock import unix
 from dashboard.core.extensions import db, login_manager
 from dashboard.core.validation import ApiError
 from dashboard.models import AuditEntry, User
+from dashboard.web.security import in_portal
 
 bp = Blueprint("auth", __name__)
 
 
 @login_manager.user_loader
 def load_user(session_id: str):
+    if in_portal():
+        # The portal's cookie holds "portal:<session token>" (access.PortalUser.get_id), and nothing else does.
+        kind, _, token = session_id.partition(":")
+        if kind != access.PORTAL or not token:
+            return None
+        found = portal.session_of(token)
+        if found is None:
+            g.portal_team_id = portal.team_of_session(token)  # its "ended" page may still be framed by the team
+            return None
+        return access.PortalUser(token, found.team_id, found.consumer_id, found.uid)
     # "<user id>:<session version>" (User.get_id): a cookie from before a sign-out names an old version.
     user_id, _, version = session_id.partition(":")
     if not (user_id.isdigit() and version.isdigit()):
@@ -161,7 +174,7 @@ def _is_activity() -> bool:
 
 
 def _end_or_extend_session():
-    if "_user_id" not in session:
+    if "_user_id" not in session or in_portal():  # a portal session lasts as long as its link (load_user)
         return None
     now = _now()
     ended = _session_over(now)
@@ -178,6 +191,9 @@ def _end_or_extend_session():
 
 @login_manager.unauthorized_handler
 def _sign_in_first():
+    if in_portal():
+        # No sign-in form here: a consumer gets in only through a new link from the producer.
+        return render_template("portal/ended.html", reason=None), 401
     if request.headers.get("HX-Request"):
         # A fragment's own request: take the whole page to the sign-in form, never swap the form into the fragment.
         return "", 401, {"HX-Redirect": url_for("auth.login")}

@@ -27,12 +27,38 @@ SECURITY_HEADERS = {
 }
 
 
+PORTAL_PREFIX = "/portal"
+PORTAL_COOKIE = "promesa_portal"
+
+
+def in_portal() -> bool:
+    return request.path == PORTAL_PREFIX or request.path.startswith(PORTAL_PREFIX + "/")
+
+
 class SessionCookieSecureOverHttps(SecureCookieSessionInterface):
     """The session cookie is `Secure` whenever the request came over https (always, if
-    SESSION_COOKIE_SECURE is set), so a later plain-http request can never carry it."""
+    SESSION_COOKIE_SECURE is set), so a later plain-http request can never carry it.
+
+    The consumer portal has a cookie of its own, sent only to /portal and read only there: a portal session
+    never reaches a dashboard page, and a dashboard session never reaches the portal. Over https it is
+    `SameSite=None; Secure; Partitioned`, so it works inside the producer's iframe (docs/portal.md)."""
+
+    def get_cookie_name(self, app: Flask) -> str:
+        return PORTAL_COOKIE if in_portal() else super().get_cookie_name(app)
+
+    def get_cookie_path(self, app: Flask) -> str:
+        return PORTAL_PREFIX if in_portal() else super().get_cookie_path(app)
 
     def get_cookie_secure(self, app: Flask) -> bool:
         return bool(super().get_cookie_secure(app) or request.is_secure)
+
+    def get_cookie_samesite(self, app: Flask) -> str | None:
+        if in_portal() and request.is_secure:
+            return "None"
+        return super().get_cookie_samesite(app)
+
+    def get_cookie_partitioned(self, app: Flask) -> bool:
+        return (in_portal() and request.is_secure) or super().get_cookie_partitioned(app)
 
     def open_session(self, app: Flask, request):
         # The API answers to a bearer token alone, so it skips the cookie session's signing serializer.
@@ -99,6 +125,8 @@ def _refuse_nul_in_addresses():
 
 def _security_headers(response):
     present = {name.lower() for name in response.headers.keys()}  # one pass, not one per header
+    if "frame-ancestors 'none'" not in response.headers.get("Content-Security-Policy", "frame-ancestors 'none'"):
+        present.add("x-frame-options")  # the portal's own policy lets named origins frame it: no DENY beside it
     response.headers.extend((name, value) for name, value in SECURITY_HEADERS.items() if name.lower() not in present)
     if request.endpoint != "static":
         # Pages carry a CSRF token and team data, API answers may carry a secret shown once: never keep them.

@@ -7,7 +7,9 @@ import re
 from flask import g, jsonify
 
 from dashboard import schemas
+from dashboard.consumers import portal
 from dashboard.consumers import service as consumer_service
+from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import CONSUMER_UID_PATTERN
 from dashboard.web.api import bp, shapes
@@ -59,3 +61,37 @@ def delete_consumer(uid):
     consumer = consumer_service.team_consumer(g.team, _uid(uid))
     released = consumer_service.delete(consumer)
     return jsonify(shapes.consumer(consumer, 0) | {"released": released})
+
+
+@bp.post("/consumers/<uid>/portal-links")
+@operation("A link that signs one browser in to the consumer's portal, where it manages its own endpoints. It works "
+           "once, and the session it opens ends when the link expires (expires_in: 60 s to 7 days, 1 hour by default)",
+           body=schemas.PortalLinkInput, body_required=False, responses={201: schemas.PortalLink}, errors=(409, 422))
+def create_portal_link(uid, body: schemas.PortalLinkInput):
+    url, link = portal.create_link(consumer_service.team_consumer(g.team, _uid(uid)), body.expires_in)
+    return jsonify(url=url, expires_at=shapes.iso(link.expires_at)), 201
+
+
+@bp.delete("/consumers/<uid>/portal-sessions")
+@operation("End every portal session of the consumer, and every link not yet opened (disabling or deleting the "
+           "consumer does too)", responses={200: schemas.PortalSessionsRevoked}, errors=(422,))
+def revoke_portal_sessions(uid):
+    revoked = portal.revoke(consumer_service.team_consumer(g.team, _uid(uid)), "revoked")
+    db.session.commit()
+    return jsonify(revoked=revoked)
+
+
+@bp.get("/portal-settings")
+@operation("The team's consumer portal: who may frame it, its accent colour and logo",
+           responses={200: schemas.PortalSettings})
+def get_portal_settings():
+    return jsonify(portal.settings(g.team))
+
+
+@bp.put("/portal-settings")
+@operation("Change the team's consumer portal settings; fields not given keep their value",
+           body=schemas.PortalSettingsInput, responses={200: schemas.PortalSettings}, errors=(422,))
+def put_portal_settings(body: schemas.PortalSettingsInput):
+    team = portal.update_settings(g.team, frame_ancestors=body.frame_ancestors, accent_color=body.accent_color,
+                                  logo_url=body.logo_url, given=frozenset(body.model_fields_set))
+    return jsonify(portal.settings(team))

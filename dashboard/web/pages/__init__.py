@@ -11,6 +11,21 @@ from flask import Blueprint, flash, redirect, request, url_for
 from dashboard.core.validation import ApiError
 
 bp = Blueprint("pages", __name__)
+# The consumer portal (pages/portal.py): one consumer's own subscriptions, at /portal, behind its own cookie.
+portal_bp = Blueprint("portal", __name__, url_prefix="/portal")
+
+
+def both(rule: str, **options):
+    """Register a view on the dashboard and, at /portal<rule>, in the consumer portal: one view, one template,
+    whoever looks. Its access checks (dashboard.accounts.access) keep a portal session to its consumer's own;
+    its templates link with url_for(".endpoint"), which stays in the blueprint the page was opened in."""
+
+    def register(view):
+        bp.add_url_rule(rule, view_func=view, **options)
+        portal_bp.add_url_rule(rule, view_func=view, **options)
+        return view
+
+    return register
 
 
 # Each module registers its routes on `bp` when imported.
@@ -27,6 +42,7 @@ from dashboard.web.pages import (  # noqa: E402,F401  (each registers its routes
     incidents,
     overview,
     owner_tools,
+    portal,
     quotas,
     replays,
     sinks,
@@ -55,13 +71,15 @@ def favicon():
 
 
 @bp.errorhandler(ApiError)
+@portal_bp.errorhandler(ApiError)
 def _refused(exc: ApiError):
     """A service refused a dashboard action (e.g. pausing a deleted subscription): say why, on the page."""
     flash(exc.message, "error")
     subscription_id = (request.view_args or {}).get("subscription_id")
     return redirect(url_for(".subscription", subscription_id=subscription_id) if subscription_id
-                    else url_for(".overview"))
+                    else url_for(".overview" if request.blueprint == "pages" else ".home"))
 
 
 def init_app(app) -> None:
     app.register_blueprint(bp)
+    app.register_blueprint(portal_bp)

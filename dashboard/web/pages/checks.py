@@ -4,14 +4,14 @@ which the card polls while its check runs. Running a check is a repair action: `
 
 from __future__ import annotations
 
-from flask import current_app, flash, redirect, render_template, url_for
+from flask import current_app, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 
 from dashboard.accounts import access
 from dashboard.models import Check
 from dashboard.subscriptions import checks as check_service
 from dashboard.subscriptions import diagnosis
-from dashboard.web.pages import bp
+from dashboard.web.pages import both, bp
 
 
 @bp.app_context_processor
@@ -31,7 +31,7 @@ def failures(sub) -> diagnosis.Diagnosis:
     return diagnosis.diagnose(sub, current_app.config["CLOCK"].now())
 
 
-@bp.post("/subscriptions/<subscription_id>/checks")
+@both("/subscriptions/<subscription_id>/checks", methods=["POST"])
 @login_required
 def run_check(subscription_id):
     # Forged, stale and tampered requests may page a receiver's team: run only when asked, at most once a minute.
@@ -40,13 +40,13 @@ def run_check(subscription_id):
         check = check_service.start(sub)
     except check_service.TooSoon as refused:  # the page, saying why and when: 429 and Retry-After, as on the API
         flash(refused.message, "error")
-        page = current_app.view_functions["pages.subscription"](subscription_id=sub.id)
+        page = current_app.view_functions[f"{request.blueprint}.subscription"](subscription_id=sub.id)
         return page, 429, {"Retry-After": str(refused.retry_after)}
     flash(f"Receiver check {check.id} started: the report appears below when it finishes.", "ok")
     return redirect(url_for(".subscription", subscription_id=sub.id, _anchor="receiver-check"))
 
 
-@bp.get("/subscriptions/<subscription_id>/checks/<check_id>")
+@both("/subscriptions/<subscription_id>/checks/<check_id>", methods=["GET"])
 @login_required
 def check_card(subscription_id, check_id):
     """The report card alone; while its check runs, it asks again every second."""

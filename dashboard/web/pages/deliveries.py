@@ -14,7 +14,7 @@ from dashboard.core.clock import unix
 from dashboard.core.extensions import db
 from dashboard.delivery.http import delivery_headers
 from dashboard.models import Delivery
-from dashboard.web.pages import bp
+from dashboard.web.pages import both
 
 SIGNATURE_HEADERS = (signing.PROMESA_HEADER, "webhook-signature")
 # A signature's value keeps its first characters: enough to compare with what a receiver logged, never enough to forge.
@@ -39,7 +39,7 @@ def request_as_sent(d: Delivery) -> tuple[int, dict[str, str]]:
     return number, shorten_signatures(headers)
 
 
-@bp.get("/deliveries/<delivery_id>")
+@both("/deliveries/<delivery_id>", methods=["GET"])
 @login_required
 def delivery(delivery_id):
     d = db.session.get(Delivery, delivery_id)

@@ -33,7 +33,7 @@ from dashboard.models import Delivery, Team
 from dashboard.operations import notifications
 from dashboard.subscriptions import contract, rotation
 from dashboard.subscriptions import service as subscription_service
-from dashboard.web.pages import bp, shown_once
+from dashboard.web.pages import both, bp, shown_once
 from dashboard.web.pages.subscriptions import deliveries
 
 DEFAULT_MAX_AGE_SECONDS = schemas.SubscriptionInput.model_fields["max_age_seconds"].default
@@ -131,7 +131,7 @@ def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
     return checked(schemas.SubscriptionEdit, payload)
 
 
-@bp.route("/subscriptions/<subscription_id>/edit", methods=["GET", "POST"])
+@both("/subscriptions/<subscription_id>/edit", methods=["GET", "POST"])
 @login_required
 @owner_action
 def edit_subscription(sub):
@@ -204,7 +204,7 @@ def catalog_picker(team, chosen: list[str]) -> dict:
             "patterns": ", ".join(name for name in chosen if name not in offered)}
 
 
-@bp.post("/subscriptions/<subscription_id>/rotate-secret")
+@both("/subscriptions/<subscription_id>/rotate-secret", methods=["POST"])
 @login_required
 @owner_action
 def rotate_secret(sub):
@@ -229,7 +229,7 @@ def rotate_secret(sub):
         lambda: render_template("owner_tools/rotated.html", sub=sub, secret=secret, tools=panel(sub)))
 
 
-@bp.get("/subscriptions/<subscription_id>/rotated")
+@both("/subscriptions/<subscription_id>/rotated", methods=["GET"])
 @login_required
 def secret_rotated(subscription_id):
     """Where a rotation without htmx leads: the new secret on the first view only."""
@@ -241,7 +241,7 @@ def secret_rotated(subscription_id):
     return response
 
 
-@bp.post("/subscriptions/<subscription_id>/end-grace")
+@both("/subscriptions/<subscription_id>/end-grace", methods=["POST"])
 @login_required
 @owner_action
 def end_grace(sub):
@@ -251,7 +251,7 @@ def end_grace(sub):
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
-@bp.post("/subscriptions/<subscription_id>/delete")
+@both("/subscriptions/<subscription_id>/delete", methods=["POST"])
 @login_required
 @owner_action
 def delete_subscription(sub):
@@ -266,7 +266,7 @@ def delete_subscription(sub):
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
-@bp.post("/subscriptions/<subscription_id>/test")
+@both("/subscriptions/<subscription_id>/test", methods=["POST"])
 @login_required
 @owner_action
 def send_test_event(sub):
@@ -284,7 +284,7 @@ def send_test_event(sub):
     return redirect(url_for(".delivery", delivery_id=delivery_id))
 
 
-@bp.get("/subscriptions/<subscription_id>/test/<delivery_id>")
+@both("/subscriptions/<subscription_id>/test/<delivery_id>", methods=["GET"])
 @login_required
 def test_event_result(subscription_id, delivery_id):
     """The test delivery's outcome; the partial polls itself until the first attempt is recorded."""
@@ -337,7 +337,7 @@ def new_subscription():
                            picker=catalog_picker(team, chosen)), status
 
 
-@bp.get("/subscriptions/<subscription_id>/created")
+@both("/subscriptions/<subscription_id>/created", methods=["GET"])
 @login_required
 def subscription_created(subscription_id):
     """Where creating a subscription leads: its signing secret on the first view only, never cached."""

@@ -15,7 +15,7 @@ from dashboard.models import ConsumerState, Replay, ReplayKind, ReplayState, Sub
 from dashboard.operations import recover
 from dashboard.operations import replays as replay_service
 from dashboard.operations import subscription_status
-from dashboard.web.pages import bp
+from dashboard.web.pages import both, bp
 from dashboard.web.pages.formatting import age
 
 
@@ -86,7 +86,7 @@ def replays():
         access.visible_to(current_user, Replay.team_id)))
 
 
-@bp.get("/replays/<replay_id>")
+@both("/replays/<replay_id>", methods=["GET"])
 @login_required
 def replay_progress(replay_id):
     replay = replay_or_404(replay_id)
@@ -109,7 +109,7 @@ def recovered(replay: Replay) -> recover.RecoverFilter | None:
     return recover.RecoverFilter.from_json(replay.filter) if replay.kind == ReplayKind.RECOVER else None
 
 
-@bp.post("/replays/<replay_id>/cancel")
+@both("/replays/<replay_id>/cancel", methods=["POST"])
 @login_required
 def cancel_replay(replay_id):
     # Stops a queued or running replay between chunks; what was re-queued already stays re-queued.
@@ -123,7 +123,7 @@ def cancel_replay(replay_id):
     return redirect(url_for(".replay_progress", replay_id=replay.id))
 
 
-@bp.post("/subscriptions/<subscription_id>/replays")
+@both("/subscriptions/<subscription_id>/replays", methods=["POST"])
 @login_required
 def replay_since(subscription_id):
     # "Replay dead letters since …": this subscription's dead letters from a time on, as a job.

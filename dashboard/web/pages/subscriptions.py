@@ -18,7 +18,7 @@ from dashboard.operations import subscription_status
 from dashboard.stats import latency, outcomes, rollup
 from dashboard.subscriptions import contract as contract_service
 from dashboard.subscriptions import service as subscription_service
-from dashboard.web.pages import bp
+from dashboard.web.pages import both, bp
 from dashboard.web.pages.replays import failing_note, held_note, show_started
 
 PAGE = 50
@@ -77,7 +77,7 @@ def _filters() -> dict:
             "status_code": int(status) if status else None}
 
 
-@bp.get("/subscriptions/<subscription_id>")
+@both("/subscriptions/<subscription_id>", methods=["GET"])
 @login_required
 def subscription(subscription_id):
     sub = access.visible_subscription(subscription_id)
@@ -99,7 +99,7 @@ def subscription(subscription_id):
                            can_operate=access.can_operate(current_user, sub))
 
 
-@bp.get("/subscriptions/<subscription_id>/contract")
+@both("/subscriptions/<subscription_id>/contract", methods=["GET"])
 @login_required
 def contract(subscription_id):
     sub = access.visible_subscription(subscription_id)
@@ -123,7 +123,7 @@ def released_words(released: int) -> str:
     return f"{deliveries(released, 'held')} {'is on its' if released == 1 else 'are on their'} way."
 
 
-@bp.post("/subscriptions/<subscription_id>/pause")
+@both("/subscriptions/<subscription_id>/pause", methods=["POST"])
 @login_required
 def pause(subscription_id):
     # Pausing holds deliveries instead of failing them while a receiver is being repaired.
@@ -136,7 +136,7 @@ def pause(subscription_id):
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
-@bp.post("/subscriptions/<subscription_id>/resume")
+@both("/subscriptions/<subscription_id>/resume", methods=["POST"])
 @login_required
 def resume(subscription_id):
     # Resuming releases every held delivery at once.
@@ -148,7 +148,7 @@ def resume(subscription_id):
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
-@bp.post("/subscriptions/<subscription_id>/replay")
+@both("/subscriptions/<subscription_id>/replay", methods=["POST"])
 @login_required
 def replay(subscription_id):
     # Replay all dead letters, or re-send one delivery (dead or succeeded), with a fresh retry schedule.
