@@ -116,3 +116,18 @@ def test_consumer_of_reads_the_header_whatever_its_case(headers, uid):
 def test_consumer_of_refuses_two_different_values():
     with pytest.raises(MalformedSignature, match="given twice"):
         consumer_of([("X-Promesa-Consumer", "cus_1"), ("x-promesa-consumer", "cus_2")])
+
+
+def test_the_producer_client_hands_out_a_portal_link_and_revokes_it(app, live_url, producer, sleeps):
+    client = Client(live_url, producer.token, sleep=sleeps)
+    client.put_consumer("cus_8812")
+    link = client.portal_link("cus_8812", expires_in=600)
+    assert "/portal/in/" in link.url and link.expires_at.endswith("Z")
+    browser = app.test_client()
+    assert browser.get("/portal/" + link.url.split("/portal/", 1)[1]).status_code == 302
+    assert browser.get("/portal/").status_code == 200
+    assert client.revoke_portal_sessions("cus_8812") == 1
+    assert browser.get("/portal/").status_code == 401
+    with pytest.raises(Rejected) as refused:
+        client.portal_link("cus_nobody")
+    assert refused.value.status == 404

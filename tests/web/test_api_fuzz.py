@@ -23,7 +23,9 @@ from schemathesis.engine import Status, events
 SEED = 14
 CHECKS = ("not_a_server_error", "status_code_conformance", "positive_data_acceptance")
 ACCEPTED = ["2XX", "401", "404", "409", "413", "422", "429"]
-CONSUMER_ROUTES = {"PUT /consumers/{uid}", "GET /consumers/{uid}", "DELETE /consumers/{uid}", "GET /consumers"}
+CONSUMER_ROUTES = {"PUT /consumers/{uid}", "GET /consumers/{uid}", "DELETE /consumers/{uid}", "GET /consumers",
+                   "POST /consumers/{uid}/portal-links", "DELETE /consumers/{uid}/portal-sessions",
+                   "GET /portal-settings", "PUT /portal-settings"}
 
 
 def fuzz_config(token: str) -> SchemathesisConfig:
@@ -53,7 +55,7 @@ def test_the_api_holds_under_a_fuzzer(app, producer):
     documented = {f"{method.upper()} {path}" for path, operations in schema.raw_schema["paths"].items()
                   for method in operations} - {"GET /openapi.json"}
     assert len(documented) >= 13 and documented <= tested, documented - tested
-    assert CONSUMER_ROUTES <= documented  # every method of the consumers API, so every one is fuzzed
+    assert CONSUMER_ROUTES <= documented  # every method of the consumers and portal API, so every one is fuzzed
 
 
 def _describe(event: events.ScenarioFinished) -> str:

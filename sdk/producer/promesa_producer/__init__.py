@@ -7,9 +7,9 @@
     client.publish("invoice.paid", {"resource_id": "in_77"}, consumer="cus_8812")  # to its endpoints alone
 """
 
-from .client import MAX_BATCH, RETRY_STATUSES, Client, Consumer, Flushed, Published, new_id
+from .client import MAX_BATCH, RETRY_STATUSES, Client, Consumer, Flushed, PortalLink, Published, new_id
 from .errors import AuthError, PromesaError, Rejected, Unavailable
 from .spool import Spool, SpooledEvent, SpoolError
 
-__all__ = ["MAX_BATCH", "RETRY_STATUSES", "AuthError", "Client", "Consumer", "Flushed", "PromesaError", "Published",
-           "Rejected", "Spool", "SpoolError", "SpooledEvent", "Unavailable", "new_id"]
+__all__ = ["MAX_BATCH", "RETRY_STATUSES", "AuthError", "Client", "Consumer", "Flushed", "PortalLink", "PromesaError",
+           "Published", "Rejected", "Spool", "SpoolError", "SpooledEvent", "Unavailable", "new_id"]

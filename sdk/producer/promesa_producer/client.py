@@ -55,6 +55,14 @@ class Consumer:
     created: bool
 
 
+@dataclass(frozen=True)
+class PortalLink:
+    """A link into the consumer's portal: hand `url` to that consumer alone (it signs one browser in, once);
+    it and the session it opens end at `expires_at` (ISO 8601, UTC)."""
+    url: str
+    expires_at: str
+
+
 @dataclass
 class Flushed:
     """What one `flush()` did: events accepted, and events the service refused for good (kept in the
@@ -160,6 +168,20 @@ class Client:
         status, answer = self._send("PUT", "/api/v1/consumers/" + urllib.parse.quote(uid, safe=""), body)
         return Consumer(answer["uid"], answer["name"], answer["metadata"], answer["state"], answer["subscriptions"],
                         created=status == 201)
+
+    def portal_link(self, uid: str, *, expires_in: int = 3600) -> PortalLink:
+        """A new link into consumer `uid`'s portal, where it manages its own endpoints (docs/portal.md).
+        `expires_in`: 60 seconds to 7 days. A retry after a lost answer makes a second link; the first, never
+        handed out, expires unused. Raises `Rejected` (no such consumer: 404; a disabled one: 409)."""
+        status, answer = self._send("POST", f"/api/v1/consumers/{urllib.parse.quote(uid, safe='')}/portal-links",
+                                    {"expires_in": expires_in})
+        return PortalLink(answer["url"], answer["expires_at"])
+
+    def revoke_portal_sessions(self, uid: str) -> int:
+        """End every portal session and unused link of consumer `uid`; how many were ended."""
+        status, answer = self._send("DELETE",
+                                    f"/api/v1/consumers/{urllib.parse.quote(uid, safe='')}/portal-sessions", {})
+        return answer["revoked"]
 
     def flush(self) -> Flushed:
         """Send the spooled events, oldest first, deleting each only after the service accepted it.
