@@ -245,8 +245,8 @@ def prune(pause_ratio):
     if pause_ratio is not None:
         pruner.pause_ratio = pause_ratio
     pruned = pruner.prune()
-    click.echo(f"pruned {pruned.deliveries} deliveries, {pruned.attempts} attempts, {pruned.events} events "
-               f"and {pruned.checks} receiver checks "
+    click.echo(f"pruned {pruned.deliveries} deliveries, {pruned.attempts} attempts, {pruned.events} events, "
+               f"{pruned.checks} receiver checks and {pruned.portal_links} portal links "
                f"in {pruned.batches} batches (kept: succeeded {pruner.policy.succeeded_days} days, "
                f"dead letters {pruner.policy.dead_days} days unless replayed)")
 

@@ -8,7 +8,8 @@
   go `PROMESA_RETENTION_DAYS` after they were accepted. An event addressed to a consumer is kept as any
   other; consumers themselves are never pruned;
 - a receiver check: `PROMESA_RETENTION_DAYS` after it started, except each subscription's newest,
-  which its page shows as long as the subscription exists.
+  which its page shows as long as the subscription exists;
+- a consumer portal link (and the session it opened): `PROMESA_RETENTION_DAYS` after it expired.
 
 Pruning deletes in small batches, each its own short transaction (at most
 `PROMESA_PRUNE_BATCH` deliveries with their attempts and events), and rests between batches
@@ -29,7 +30,7 @@ from sqlalchemy import and_, bindparam, delete, exists, select
 from sqlalchemy.orm import aliased
 
 from dashboard.core.extensions import db
-from dashboard.models import Attempt, Check, CheckState, Delivery, DeliveryState, Event
+from dashboard.models import Attempt, Check, CheckState, Delivery, DeliveryState, Event, PortalLink
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class Pruned:
     events: int = 0
     batches: int = 0
     checks: int = 0
+    portal_links: int = 0
 
     def add(self, other: Pruned) -> None:
         self.deliveries += other.deliveries
@@ -48,9 +50,10 @@ class Pruned:
         self.events += other.events
         self.batches += other.batches
         self.checks += other.checks
+        self.portal_links += other.portal_links
 
     def __bool__(self) -> bool:
-        return bool(self.deliveries or self.events or self.checks)
+        return bool(self.deliveries or self.events or self.checks or self.portal_links)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,18 @@ def _prune_checks(cutoff: dt.datetime, limit: int) -> Pruned:
     return Pruned(checks=checks, batches=1)
 
 
+def _prune_portal_links(cutoff: dt.datetime, limit: int) -> Pruned:
+    """One batch of portal links that expired before the cutoff (their sessions ended with them)."""
+    session = db.session
+    ids = session.scalars(select(PortalLink.id).where(PortalLink.expires_at < cutoff).limit(limit)).all()
+    if not ids:
+        session.rollback()
+        return Pruned()
+    links = session.execute(delete(PortalLink).where(PortalLink.id.in_(ids))).rowcount
+    session.commit()
+    return Pruned(portal_links=links, batches=1)
+
+
 class Pruner:
     """Prunes what retention no longer keeps. Keeps its place in the scan for unrouted events between
     calls, so a long-lived sweeper does not rescan the same old events every pass."""
@@ -181,6 +196,8 @@ class Pruner:
                     self._repeat(partial(_prune_deliveries, state, settled_at, cutoffs[state], self.batch),
                                  max_batches, total)
                 self._repeat(partial(_prune_checks, cutoffs[DeliveryState.SUCCEEDED], self.batch), max_batches, total)
+                self._repeat(partial(_prune_portal_links, cutoffs[DeliveryState.SUCCEEDED], self.batch), max_batches,
+                             total)
                 done = 0
                 while max_batches is None or done < max_batches:
                     began = time.monotonic()
@@ -194,8 +211,9 @@ class Pruner:
             finally:
                 db.session.remove()
         if total:
-            log.info("pruned %d deliveries, %d attempts, %d events and %d receiver checks in %d batches",
-                     total.deliveries, total.attempts, total.events, total.checks, total.batches)
+            log.info("pruned %d deliveries, %d attempts, %d events, %d receiver checks and %d portal links in %d "
+                     "batches", total.deliveries, total.attempts, total.events, total.checks, total.portal_links,
+                     total.batches)
         return total
 
 

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 
 from dashboard.cli import cli
 from dashboard.core.extensions import db
-from dashboard.models import Attempt, Check, CheckState, Delivery, Event
+from dashboard.models import Attempt, Check, CheckState, Delivery, Event, PortalLink
 from dashboard.operations.retention import Pruner
 from dashboard.operations.sweeper import sweep_once
 
@@ -173,6 +173,15 @@ def test_receiver_checks_go_after_the_retention_but_each_subscriptions_newest_st
     assert set(db.session.scalars(select(Check.id))) == {"chk_3", "chk_5", "chk_6"}
 
 
+def test_portal_links_go_after_the_retention_once_expired(app, producer, clock):
+    producer.put_consumer("cus_1")
+    for expires_in in (60, 86400):
+        assert producer.post("/api/v1/consumers/cus_1/portal-links", {"expires_in": expires_in}).status_code == 201
+    clock.advance(days=30, seconds=120)  # the first expired 30 days ago and more; the second, 29 days ago
+    assert Pruner(app).prune().portal_links == 1
+    assert count(PortalLink) == 1
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_promesa_prune_says_what_it_pruned(app, producer, receiver, clock):
     producer.subscribe(receiver.url + "/ok")
@@ -181,7 +190,7 @@ def test_promesa_prune_says_what_it_pruned(app, producer, receiver, clock):
     clock.advance(days=31)
     result = app.test_cli_runner().invoke(cli, ["prune"])
     assert result.exit_code == 0, result.output
-    assert "pruned 1 deliveries, 1 attempts, 1 events and 0 receiver checks" in result.output
+    assert "pruned 1 deliveries, 1 attempts, 1 events, 0 receiver checks and 0 portal links" in result.output
     assert "succeeded 30 days, dead letters 90 days" in result.output
     assert count(Delivery) == 0
 
