@@ -17,8 +17,10 @@ from dashboard.core.extensions import db
 from dashboard.ingest import quotas
 from dashboard.models import AuditEntry, Consumer, Delivery, Subscription
 
+from tests.support.browser import DESKTOP, PHONE, assert_fits
 from tests.support.pipeline import deliver_due
-from tests.support.portal import open_portal
+from tests.support.portal import link_path, open_portal
+from tests.web.test_browser import assert_no_csp_violations, browser_page, live_url  # noqa: F401 (fixtures)
 
 FORM = {"description": "billing", "retry_policy": "exponential", "signature_scheme": "promesa",
         "connect_timeout": "2", "attempt_timeout": "4", "max_age_seconds": "3600", "rate_limit_per_s": ""}
@@ -263,3 +265,87 @@ def test_every_portal_form_of_the_owner_tools_answers_a_redirect(app, portal, pr
                    and "POST" in rule.methods
                    and app.view_functions[rule.endpoint].__module__ == "dashboard.web.pages.owner_tools"}
     assert owner_tools == set(answered)
+
+
+@pytest.mark.parametrize("schema", [
+    INVOICE_SCHEMA,
+    {"type": "object", "properties": {"n": {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.25},
+                                      "k": {"type": ["null", "integer"], "maximum": -5},
+                                      "s": {"type": "string", "minLength": 9, "maxLength": 9},
+                                      "t": {"type": "array", "prefixItems": [{"const": "a"}], "minItems": 1}}},
+    {"oneOf": [{"type": "object", "properties": {"id": {"type": "string", "format": "uuid"}}}, {"type": "null"}]},
+    {"allOf": [{"properties": {"a": {"type": "string"}}}, {"properties": {"b": {"type": "boolean"}}}]},
+    # recursion through a definition and through the root: each $ref is followed once, then left out
+    {"$defs": {"node": {"type": "object", "properties": {"children": {"type": "array",
+                                                                      "items": {"$ref": "#/$defs/node"}}}}},
+     "$ref": "#/$defs/node"},
+    {"type": "object", "properties": {"parent": {"$ref": "#"}, "id": {"type": "integer", "examples": [42]}}},
+])
+def test_an_example_meets_its_schema_and_is_the_same_every_time(schema):
+    import jsonschema
+
+    from dashboard.subscriptions.examples import example_data
+
+    data = example_data(schema)
+    jsonschema.validate(data, schema)
+    assert example_data(schema) == data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_in_a_browser_a_consumer_creates_copies_rotates_and_deletes_at_both_widths(
+        app, producer, receiver, live_url, browser_page):  # noqa: F811
+    from playwright.sync_api import expect
+
+    producer.put_consumer("cus_1", name="Initech")
+    declare(producer, "invoice.paid", INVOICE_SCHEMA)
+    page = browser_page
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_url)
+    page.set_viewport_size(DESKTOP)
+    page.goto(live_url + link_path(producer, "cus_1"))
+
+    page.set_viewport_size(PHONE)  # the nav is behind the Menu button on a phone
+    page.click("button.nav-toggle")
+    page.click("nav >> text=New endpoint")
+    page.set_viewport_size(DESKTOP)
+    assert page.locator("input[name=event_types][value='*']").is_checked()
+    page.uncheck("input[name=event_types][value='*']")
+    page.check("input[name=event_types][value='invoice.paid']")
+    page.click("summary:has-text('Schema and example')")
+    example = json.loads(page.locator("pre.example-body").first.inner_text())
+    assert example["type"] == "invoice.paid" and example["data"]["amount"] == 100
+    _fits_at_both_widths(page)
+    page.fill("input[name=url]", receiver.url + "/hook")
+    page.click("button:text('Create endpoint')")
+    page.wait_for_url("**/portal/subscriptions/*/created")
+    sub = db.session.scalar(select(Subscription).where(Subscription.url == receiver.url + "/hook"))
+    page.click("button[data-copy=new-secret]")
+    expect(page.locator("button[data-copy=new-secret]")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == crypto.decrypt(sub.secret_ciphertext)
+    _fits_at_both_widths(page)
+
+    page.click("text=Open the endpoint")
+    page.wait_for_url(f"**/portal/subscriptions/{sub.id}")
+    page.click("button:text('Rotate secret')")  # htmx: the new secret in place, once
+    expect(page.locator("#new-secret")).to_be_visible()
+    db.session.expire_all()
+    assert page.locator("#new-secret").inner_text().strip() == crypto.decrypt(
+        db.session.get(Subscription, sub.id).secret_ciphertext)
+    assert page.dialogs[-1].startswith("Rotate the signing secret?")
+    _fits_at_both_widths(page)
+
+    page.click("summary:text('Delete…')")
+    page.check("input[name=confirm]")
+    page.click("button:text('Delete this endpoint')")
+    page.wait_for_url(f"{live_url}/portal/")
+    assert page.dialogs[-1] == "Delete this endpoint? Nothing more will be sent to it."
+    assert "Deleted: nothing more is sent to it" in page.locator(".flash").inner_text()
+    _fits_at_both_widths(page)
+    assert_no_csp_violations(page)
+
+
+def _fits_at_both_widths(page) -> None:
+    for size in (DESKTOP, PHONE):
+        page.set_viewport_size(size)
+        assert_fits(page)
+    page.set_viewport_size(DESKTOP)
