@@ -360,10 +360,7 @@ def new_subscription():
             if team is None:
                 raise ApiError(400, "choose the team the subscription is for")
             access.require(access.can_create_in(current_user, team.id))
-            body = checked(schemas.SubscriptionInput, {**limits_from_form(request.form),
-                                                       "url": request.form.get("url", "").strip(),
-                                                       "signature_scheme": request.form.get("signature_scheme", ""),
-                                                       "consumer": request.form.get("consumer", "").strip() or None})
+            body = input_from_form(request.form, request.form.get("consumer", "").strip() or None)
             sub, secret = subscription_service.create(team, body)
         except ApiError as exc:
             db.session.rollback()
@@ -371,6 +368,13 @@ def new_subscription():
         else:
             return created(sub, secret)
     return new_form(team, error, status, teams=teams)
+
+
+def input_from_form(form, consumer: str | None) -> schemas.SubscriptionInput:
+    """The form as the API's POST body, for this consumer's uid (None: the team's own), checked by its model."""
+    return checked(schemas.SubscriptionInput, {**limits_from_form(form), "url": form.get("url", "").strip(),
+                                               "signature_scheme": form.get("signature_scheme", ""),
+                                               "consumer": consumer})
 
 
 def new_form(team, error: str | None, status: int, **more):
@@ -400,12 +404,8 @@ def new_endpoint():
     error, status = None, 200
     if request.method == "POST":
         try:
-            consumer = db.session.get(Consumer, current_user.consumer_id)
-            limits = limits_from_form(request.form)
-            catalog_types_only(team, limits["event_types"])
-            body = checked(schemas.SubscriptionInput, {**limits, "url": request.form.get("url", "").strip(),
-                                                       "signature_scheme": request.form.get("signature_scheme", ""),
-                                                       "consumer": consumer.uid})
+            body = input_from_form(request.form, db.session.get(Consumer, current_user.consumer_id).uid)
+            catalog_types_only(team, list(body.event_types))
             sub, secret = subscription_service.create(team, body)
         except ApiError as exc:
             db.session.rollback()
