@@ -2,12 +2,18 @@
 grace, send it a test event, delete it. Operators repair (pause, resume, replay) but do not redefine:
 every route here asks `access.can_edit`.
 
+In the consumer portal the same views serve the consumer's own endpoints (`pages.both`), and `new_endpoint` is
+the dashboard's new subscription for the session's consumer. A consumer sets all an owner does but
+DASHBOARD_ONLY_FIELDS (and never a quota), and on a strict team picks catalog types only.
+
 The subscription page includes `owner_tools/_panel.html`; its data comes from `owner_tools(sub)`.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
+import json
 
 from flask import (
     abort,
@@ -29,14 +35,17 @@ from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, explain
 from dashboard.delivery.policies import POLICY_NAMES
 from dashboard.ingest import catalog
-from dashboard.models import Delivery, Team
+from dashboard.ingest.quotas import QuotaExceeded
+from dashboard.models import Consumer, Delivery, Team
 from dashboard.operations import notifications
-from dashboard.subscriptions import contract, rotation
+from dashboard.subscriptions import contract, examples, rotation
 from dashboard.subscriptions import service as subscription_service
-from dashboard.web.pages import both, bp, shown_once
+from dashboard.web.pages import both, bp, portal_bp, shown_once
 from dashboard.web.pages.subscriptions import deliveries
 
 DEFAULT_MAX_AGE_SECONDS = schemas.SubscriptionInput.model_fields["max_age_seconds"].default
+# What the dashboard sets and a consumer does not: requests in flight share the team's workers.
+DASHBOARD_ONLY_FIELDS = ("max_in_flight",)
 GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (86400, "24 hours"),
                  (3 * 86400, "3 days"), (7 * 86400, "7 days")]
 
@@ -111,7 +120,32 @@ def limits_from_form(form) -> dict:
         if value is None:
             raise ApiError(400, f"{name} is required")
         payload[name] = value
+    if in_portal():  # not on its form: left as it is (an edit) or the default (a creation)
+        for name in DASHBOARD_ONLY_FIELDS:
+            payload.pop(name)
     return payload
+
+
+def in_portal() -> bool:
+    return access.is_portal(current_user)
+
+
+def catalog_types_only(team: Team, event_types: list[str]) -> None:
+    """A consumer of a strict team picks from its catalog: 422 for a type (or pattern) that names none of it."""
+    if not team.strict_event_types:
+        return
+    names = catalog.team_event_type_names(team)
+    for chosen in event_types:
+        if chosen != "*" and not any(fnmatch.fnmatchcase(name, chosen) for name in names):
+            raise ApiError(422, f"{chosen} is not in {team.name}'s catalog of event types, and {team.name} sends "
+                                "declared types only: choose from the list")
+
+
+def for_consumer(exc: ApiError) -> str:
+    """A refusal in the words a consumer can act on: no quota, no server setting."""
+    if isinstance(exc, QuotaExceeded):
+        return "You have as many endpoints as you may: delete one to add another."
+    return exc.message.split("; set PROMESA_", 1)[0]
 
 
 def checked(model, payload: dict):
@@ -128,6 +162,8 @@ def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
     url = form.get("url", "").strip()
     if url != sub.url:  # checked (and resolved) only when it changes
         payload["url"] = url
+    if in_portal() and payload["event_types"] != list(sub.event_types):
+        catalog_types_only(sub.team, payload["event_types"])
     return checked(schemas.SubscriptionEdit, payload)
 
 
@@ -142,7 +178,7 @@ def edit_subscription(sub):
             changed = subscription_service.edit(sub, edit_from_form(sub, request.form))
         except ApiError as exc:
             db.session.rollback()
-            error, status = exc.message, exc.status
+            error, status = for_consumer(exc) if in_portal() else exc.message, exc.status
         else:
             flash(f"Saved: {changes_in_words(changed)}." if changed else "Nothing changed: the form was as saved.",
                   "ok")
@@ -196,12 +232,18 @@ def changes_in_words(changed: dict) -> str:
 
 
 def catalog_picker(team, chosen: list[str]) -> dict:
-    """The event type picker: the team's catalog (and Promesa's own notification types) as boxes to tick,
-    ticked where chosen; whatever else was chosen (patterns such as file.*) goes in the text box."""
-    names = catalog.team_event_type_names(team) if team is not None else []
-    offered = ["*", *names, *notifications.TEAM_EVENT_TYPES]
-    return {"catalog": names, "own": list(notifications.TEAM_EVENT_TYPES), "chosen": set(chosen),
-            "patterns": ", ".join(name for name in chosen if name not in offered)}
+    """The event type picker: the team's catalog (and, on the dashboard, Promesa's own notification types about
+    the team) as boxes to tick, ticked where chosen, each with its latest schema and an example body; whatever
+    else was chosen (patterns such as file.*) goes in the text box, which a strict team's consumer is not shown."""
+    latest = {t.name: t for t in catalog.team_event_types(team)} if team is not None else {}  # by version
+    now = current_app.config["CLOCK"].now()
+    declared = {name: {"version": t.version, "description": t.description, "schema": json.dumps(t.schema, indent=2),
+                       **examples.example_body(t, now)} for name, t in latest.items()}
+    own = [] if in_portal() else list(notifications.TEAM_EVENT_TYPES)
+    offered = ["*", *latest, *own]
+    patterns = ", ".join(name for name in chosen if name not in offered)
+    return {"catalog": list(latest), "declared": declared, "own": own, "chosen": set(chosen), "patterns": patterns,
+            "typed": bool(patterns) or not (in_portal() and team.strict_event_types)}
 
 
 @both("/subscriptions/<subscription_id>/rotate-secret", methods=["POST"])
@@ -263,6 +305,8 @@ def delete_subscription(sub):
         flash("Deleted: nothing more is sent to it; " + (
             f"{deliveries(cancelled, 'waiting')} {'was' if cancelled == 1 else 'were'} cancelled." if cancelled
             else "no deliveries were waiting.") + " Its history stays readable.", "ok")
+        if in_portal():  # the portal lists only endpoints that are there
+            return redirect(url_for(".home"))
     return redirect(url_for(".subscription", subscription_id=sub.id))
 
 
@@ -316,25 +360,59 @@ def new_subscription():
             if team is None:
                 raise ApiError(400, "choose the team the subscription is for")
             access.require(access.can_create_in(current_user, team.id))
-            body = checked(schemas.SubscriptionInput, {**limits_from_form(request.form),
-                                                       "url": request.form.get("url", "").strip(),
-                                                       "signature_scheme": request.form.get("signature_scheme", ""),
-                                                       "consumer": request.form.get("consumer", "").strip() or None})
+            body = input_from_form(request.form, request.form.get("consumer", "").strip() or None)
             sub, secret = subscription_service.create(team, body)
         except ApiError as exc:
             db.session.rollback()
             error, status = exc.message, exc.status
         else:
-            return shown_once.show_after_redirect(
-                "subscription", sub.id, secret, url_for(".subscription_created", subscription_id=sub.id),
-                lambda: render_template("owner_tools/created.html", sub=sub, secret=secret))
+            return created(sub, secret)
+    return new_form(team, error, status, teams=teams)
+
+
+def input_from_form(form, consumer: str | None) -> schemas.SubscriptionInput:
+    """The form as the API's POST body, for this consumer's uid (None: the team's own), checked by its model."""
+    return checked(schemas.SubscriptionInput, {**limits_from_form(form), "url": form.get("url", "").strip(),
+                                               "signature_scheme": form.get("signature_scheme", ""),
+                                               "consumer": consumer})
+
+
+def new_form(team, error: str | None, status: int, **more):
+    """The new subscription's page, blank or as posted with the error that refused it."""
     form = request.form if request.method == "POST" else None
     chosen = event_types_from_form(form) if form is not None else ["*"]
-    return render_template("owner_tools/new.html", teams=teams, team=team, form=form, error=error,
+    return render_template("owner_tools/new.html", team=team, form=form, error=error,
                            policies=policy_choices(form, DEFAULT_MAX_AGE_SECONDS),
                            schemes=schemas.SIGNATURE_SCHEMES,
                            in_flight_default=current_app.config["PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION"],
-                           picker=catalog_picker(team, chosen)), status
+                           picker=catalog_picker(team, chosen), **more), status
+
+
+def created(sub, secret: str):
+    """Post/redirect/get to the created page, which shows the secret once."""
+    return shown_once.show_after_redirect(
+        "subscription", sub.id, secret, url_for(".subscription_created", subscription_id=sub.id),
+        lambda: render_template("owner_tools/created.html", sub=sub, secret=secret))
+
+
+@portal_bp.route("/endpoints/new", methods=["GET", "POST"])
+@login_required
+def new_endpoint():
+    # A consumer adds its own endpoint: the dashboard's form, model and service, for this consumer of this team.
+    access.require(in_portal())
+    team = db.session.get(Team, current_user.team_id)
+    error, status = None, 200
+    if request.method == "POST":
+        try:
+            body = input_from_form(request.form, db.session.get(Consumer, current_user.consumer_id).uid)
+            catalog_types_only(team, list(body.event_types))
+            sub, secret = subscription_service.create(team, body)
+        except ApiError as exc:
+            db.session.rollback()
+            error, status = for_consumer(exc), exc.status
+        else:
+            return created(sub, secret)
+    return new_form(team, error, status)
 
 
 @both("/subscriptions/<subscription_id>/created", methods=["GET"])
