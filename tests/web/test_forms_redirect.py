@@ -73,6 +73,11 @@ def test_every_form_that_creates_or_changes_answers_a_redirect(app, client, auth
     assert {endpoint: status for endpoint, status in answered.items() if status not in (302, 303)} == {}
     routes = {rule.endpoint for rule in app.url_map.iter_rules()
               if "POST" in rule.methods and app.view_functions[rule.endpoint].__module__ in MODULES}
+    # A portal route that is its dashboard twin's view is answered by the same code; the portal's own new-endpoint
+    # form is checked in tests/portal/test_portal_endpoints.py.
+    routes = {endpoint for endpoint in routes if not endpoint.startswith("portal.")
+              or app.view_functions.get("pages." + endpoint.removeprefix("portal.")) is not app.view_functions[endpoint]}
+    routes -= {"portal.new_endpoint"}
     assert routes - set(answered) == set(), "a new form: add it here"
 
 
