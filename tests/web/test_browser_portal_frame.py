@@ -114,6 +114,7 @@ def test_the_portal_shows_in_the_producers_iframe_only_from_an_allowed_origin(ap
             assert page.locator(".portal-logo").evaluate("img => img.naturalWidth") == 600
             assert_on_screen(page.locator(".portal-logo"))
             assert_on_screen(page.locator(".portal-top .brand"))
+            assert_on_screen(page.locator(".portal-top nav a").first)  # no Menu button in the portal: never hidden
             assert_fits(page)
         link = page.locator("main a:not(.button)").first
         assert link.evaluate("a => getComputedStyle(a).color") == ACCENT_RGB
