@@ -69,6 +69,7 @@ def test_fields_not_given_keep_their_value_and_null_or_empty_clears(producer):
     ("accent_color", "red", "#rrggbb"),
     ("accent_color", "#12345", "#rrggbb"),
     ("accent_color", "#123456; } body { display: none", "#rrggbb"),  # it is written into a stylesheet
+    ("accent_color", "#123456\n", "#rrggbb"),  # nothing after the colour, not even a line's end
     ("logo_url", "http://cdn.example.com/logo.svg", "https URL"),  # plain http: refused
     ("logo_url", "https://cdn.example.com/a logo.svg", "https URL"),
     ("logo_url", "data:image/svg+xml,<svg/>", "https URL"),
