@@ -146,8 +146,9 @@ def test_the_team_name_is_escaped_in_the_header(app, producer, consumer):
     assert "acme &lt;b&gt;&amp;&lt;/b&gt;" in page and "<b>&</b>" not in page
 
 
-@pytest.mark.parametrize("accent, text", [("#0B5FFF", "#fff"), ("#ffe066", "#1d2330")])
-def test_the_accent_colour_is_a_stylesheet_with_a_readable_text_colour(app, producer, consumer, accent, text):
+@pytest.mark.parametrize("accent, text, links", [("#0B5FFF", "#fff", True), ("#ffe066", "#1d2330", False),
+                                                 ("#7a1f5c", "#fff", True), ("#3b82f6", "#1d2330", False)])
+def test_the_accent_colour_is_a_stylesheet_with_a_readable_text_colour(app, producer, consumer, accent, text, links):
     allow(producer, accent_color=accent)
     browser = app.test_client()
     open_portal(browser, producer, "cus_1")
@@ -155,6 +156,8 @@ def test_the_accent_colour_is_a_stylesheet_with_a_readable_text_colour(app, prod
     assert css.mimetype == "text/css"
     body = css.get_data(as_text=True)
     assert f"--accent: {accent.lower()};" in body and f"--accent-text: {text};" in body
+    # Links take the accent only where it reads on the page's white (4.5:1); a light one leaves them blue.
+    assert (f"--accent-link: {accent.lower()};" in body) is links
     assert 'href="/portal/theme.css"' in browser.get("/portal/").get_data(as_text=True)
 
 

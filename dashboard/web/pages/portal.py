@@ -105,6 +105,9 @@ def _luminance(colour: str) -> float:
 DARK_TEXT, LIGHT_TEXT = "#1d2330", "#fff"
 
 
+LINK_CONTRAST = 4.5  # WCAG AA for text: a link in the accent must read on the page's white
+
+
 def text_on(accent: str) -> str:
     """White on the accent if that reads at least as well as the dashboard's dark ink does, else that ink."""
     lum = _luminance(accent)
@@ -113,13 +116,19 @@ def text_on(accent: str) -> str:
     return LIGHT_TEXT if on_white >= on_dark else DARK_TEXT
 
 
+def reads_on_white(accent: str) -> bool:
+    return 1.05 / (_luminance(accent) + 0.05) >= LINK_CONTRAST
+
+
 @portal_bp.get("/theme.css")
 def theme():
     """The team's accent colour as a stylesheet (the pages allow no inline style): static/promesa.css paints the
-    portal's top bar, primary buttons and links with var(--accent, its own colours), text on it var(--accent-text)."""
+    portal's top bar and primary buttons with var(--accent, its own colours), text on them var(--accent-text), and
+    links with var(--accent-link): the accent, unless it is too light to read on the page (then the usual blue)."""
     team = portal_team()
     accent = team.portal_accent if team is not None and team.portal_accent else None
-    css = f":root {{ --accent: {accent}; --accent-text: {text_on(accent)}; }}\n" if accent else ""
+    link = f" --accent-link: {accent};" if accent and reads_on_white(accent) else ""
+    css = f":root {{ --accent: {accent}; --accent-text: {text_on(accent)};{link} }}\n" if accent else ""
     return current_app.response_class(css, mimetype="text/css")
 
 
