@@ -2,7 +2,9 @@
 
 Seeds a week of demo data into a throwaway SQLite database (with the embedded Redis), serves the
 dashboard on 127.0.0.1, signs in as an admin with Debian's headless Chromium (Playwright) and saves
-one PNG per page in PAGES under docs/. The data is made up and the clock frozen, so the pictures
+one PNG per page in PAGES under docs/. Then it opens a portal link of the consumer Acme Corp (the
+payments team has an accent colour and a logo) and saves the portal's pages in PORTAL_PAGES under
+docs/screenshots/ (docs/portal.md). The data is made up and the clock frozen, so the pictures
 only change when the pages do. A new page is one more line in PAGES.
 """
 
@@ -21,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from dashboard import audit
 from dashboard.app import create_app
+from dashboard.consumers import portal
 from promesa_receiver import check as check_rules
 from promesa_receiver import signing
 from dashboard.core import crypto
@@ -55,6 +58,22 @@ PHONE_PAGES = [
     ("incident-phone", "/incidents/{incident}"),
     ("consumer-phone", "/consumers/{team}/cus_acme"),
 ]
+# The consumer portal as Acme Corp sees it (a link of the payments team), at a desktop's width and a phone's:
+# file name under docs/screenshots/, path ("{acme_subscription}" is Acme's endpoint), viewport width. An endpoint's
+# page is long: its picture is the first screen of it.
+PORTAL_PAGES = [
+    ("portal-home", "/portal/", 1360),
+    ("portal-endpoint", "/portal/subscriptions/{acme_subscription}", 1360),
+    ("portal-home-phone", "/portal/", 400),
+    ("portal-endpoint-phone", "/portal/subscriptions/{acme_subscription}", 400),
+]
+# The payments team's portal settings: its product's origin may frame the portal, in its colour, with its logo
+# (served to the browser by this script: the demo has no network).
+PORTAL_LOGO = "https://payments.example.com/brand/logo.svg"
+PORTAL_LOGO_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="32" height="32" viewBox="0 0 32 32">'
+                   '<circle cx="16" cy="16" r="14" fill="#fff"/><circle cx="16" cy="16" r="7" fill="#0f766e"/></svg>')
+PORTAL_SETTINGS = {"frame_ancestors": ["https://app.payments.example.com"], "accent_color": "#0f766e",
+                   "logo_url": PORTAL_LOGO}
 # The payments team's customers (consumers): uid, name, state; "customer sync" (ENDPOINTS[1]) is Acme's endpoint.
 CONSUMERS = [("cus_acme", "Acme Corp", "active"), ("cus_globex", "Globex", "active"),
              ("cus_initech", "Initech", "disabled")]
@@ -155,7 +174,8 @@ def seed(app) -> dict:
     db.session.execute(OutcomeCount.__table__.insert(), counts)
     db.session.execute(AuditEntry.__table__.insert(), entries)
     db.session.commit()
-    return worst
+    portal.update_settings(teams["payments"], given=frozenset(PORTAL_SETTINGS), **PORTAL_SETTINGS)
+    return {**worst, "acme_subscription": _sub_id(1)}
 
 
 _created: list[str] = []
@@ -198,6 +218,25 @@ def _deliveries(sub: Subscription, rng: random.Random, dead: int) -> dict:
     return first
 
 
+def shoot_portal(browser, app, base: str, ids: dict) -> None:
+    """Open a portal link of Acme Corp in a browser of its own and save PORTAL_PAGES under docs/screenshots/."""
+    with app.app_context():
+        acme = db.session.query(Consumer).filter_by(uid="cus_acme").one()
+        url, _ = portal.create_link(acme, 3600)
+    page = browser.new_page(viewport={"width": 1360, "height": 800})
+    page.route(PORTAL_LOGO, lambda route: route.fulfill(body=PORTAL_LOGO_SVG, content_type="image/svg+xml"))
+    page.goto(base + url.removeprefix(app.config["PROMESA_BASE_URL"]))
+    page.wait_for_url(base + "/portal/")
+    (ROOT / "docs" / "screenshots").mkdir(exist_ok=True)
+    for name, path, width in PORTAL_PAGES:
+        page.set_viewport_size({"width": width, "height": 860 if width < 720 else 800})
+        page.goto(base + path.format(**ids))
+        target = ROOT / "docs" / "screenshots" / f"{name}.png"
+        page.screenshot(path=str(target), full_page="/subscriptions/" not in path)
+        print(f"wrote {target.relative_to(ROOT)}")
+    page.close()
+
+
 def main() -> None:
     import flask_migrate
     from playwright.sync_api import sync_playwright
@@ -234,6 +273,7 @@ def main() -> None:
                     target = ROOT / "docs" / f"{name}.png"
                     page.screenshot(path=str(target), full_page=True)
                     print(f"wrote {target.relative_to(ROOT)}")
+            shoot_portal(browser, app, base, ids)
             browser.close()
         server.shutdown()
     finally:

@@ -173,7 +173,7 @@ def app(config):
         # Flask-Login and Flask-WTF read the user and the CSRF token from that request's session.
         from flask import g
 
-        for cached in ("_login_user", "csrf_token"):
+        for cached in ("_login_user", "csrf_token", "portal_team_id"):
             g.pop(cached, None)
 
     with app.app_context():

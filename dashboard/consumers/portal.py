@@ -179,7 +179,7 @@ def update_settings(team: Team, *, frame_ancestors: list[str] | None = None, acc
             raise ApiError(422, f"frame_ancestors: at most {MAX_FRAME_ANCESTORS} origins")
         changes["portal_frame_ancestors"] = sorted(set(origins)) or None
     if "accent_color" in given:
-        if accent_color not in (None, "") and not _ACCENT.match(accent_color):
+        if accent_color not in (None, "") and not _ACCENT.fullmatch(accent_color):
             raise ApiError(422, "accent_color must be a colour as #rrggbb, such as #0b5fff")
         changes["portal_accent"] = accent_color.lower() if accent_color else None
     if "logo_url" in given:

@@ -143,6 +143,8 @@ MATRIX = {
     ("pages.enable_consumer", "POST"): OPERATE,
     ("pages.recover_consumer", "POST"): OPERATE,  # "replay since": refused on its form (422) when empty
     ("pages.recover_preview", "GET"): OPERATE,
+    # The team's consumer portal settings (frame origins, accent, logo): its owners and admins, as its tokens.
+    ("pages.portal_settings", "POST"): EDIT,
 }
 
 

@@ -1,6 +1,8 @@
-"""Consumers: a team's list (search by uid prefix or name, paged by uid) and one consumer's page (its endpoints'
-health, its dead letters, disable and enable, "replay since" with a preview of what it sends), and the consumer
-filter other pages share. Roles as for subscriptions: owners repair their own team's consumers, operators and admins any team's, the rest read."""
+"""Consumers: a team's list (search by uid prefix or name, paged by uid) with its consumer portal's settings, and
+one consumer's page (its endpoints' health, its dead letters, disable and enable, "replay since" with a preview of
+what it sends), and the consumer filter other pages share. Roles as for subscriptions: owners repair their own
+team's consumers, operators and admins any team's, the rest read; the portal's settings are the team's owners' and
+admins' to change (as its tokens are: a token may change them too, PUT /api/v1/portal-settings)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import joinedload
 
 from dashboard.accounts import access
+from dashboard.consumers import portal
 from dashboard.consumers import service as consumer_service
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_id, parse_time
@@ -33,6 +36,9 @@ MAX_REASON = 500
 _UID = re.compile(CONSUMER_UID_PATTERN)
 REPAIR_WORDS = ("disable or enable this consumer", "operators and admins, and owners of its team")
 RECOVER_WORDS = ("replay this consumer's events", "operators and admins, and owners of its team")
+PORTAL_WORDS = ("change this team's consumer portal settings", "admins, and owners of the team")
+# The colour picker's value when the team has no accent: the portal's top bar as it is then (static/promesa.css).
+DEFAULT_ACCENT = "#1d2330"
 
 
 def pickable_teams() -> list[Team]:
@@ -99,9 +105,14 @@ def visible_consumer(team_id: int, uid: str, *, repair: tuple[str, str] | None =
 @login_required
 def consumers():
     teams = pickable_teams()
-    team = chosen_team(teams, request.args)
-    q = (request.args.get("q") or "").strip()[:200]
-    after = (request.args.get("after") or "").strip()[:100] or None
+    return consumers_page(teams, chosen_team(teams, request.args), request.args)
+
+
+def consumers_page(teams: list[Team], team: Team | None, args, portal_error: str | None = None, portal_form=None):
+    """The team's consumers and its portal's settings; with `portal_error`, the settings form refused (422), as it
+    was sent."""
+    q = (args.get("q") or "").strip()[:200]
+    after = (args.get("after") or "").strip()[:100] or None
     shown, next_after, health = [], None, {}
     if team is not None:
         shown, next_after = consumer_service.search_page(team, q, PAGE, after) if q else \
@@ -110,7 +121,46 @@ def consumers():
                                      current_app.config["CLOCK"].now())
         health = figures.consumer_health(rows)
     return render_template("consumers/page.html", teams=teams, team=team, q=q, consumers=shown, health=health,
-                           next_after=next_after, after=after)
+                           next_after=next_after, after=after,
+                           portal_settings=portal.settings(team) if team is not None else None,
+                           can_set_portal=team is not None and access.can_manage_tokens(current_user, team.id),
+                           default_accent=DEFAULT_ACCENT, portal_error=portal_error,
+                           portal_form=portal_form), 422 if portal_error else 200
+
+
+def accent_asked(form, stored: str | None) -> str:
+    """The accent the settings form asks for: its text field if that was changed (emptied: the default colours),
+    else its colour picker if that was moved (it cannot be empty, so it shows DEFAULT_ACCENT for none)."""
+    typed = (form.get("accent_color") or "").strip()
+    picked = (form.get("accent_picker") or "").strip().lower()
+    if typed.lower() != (stored or "") or not picked or picked == (stored or DEFAULT_ACCENT):
+        return typed
+    return picked
+
+
+@bp.post("/consumers/portal-settings/<int:team_id>")
+@login_required
+def portal_settings(team_id):
+    """Change the team's portal settings: who may frame it, its accent colour, its logo. All or nothing: a value
+    refused shows the form again, as sent, with what is wrong (422), and nothing is stored."""
+    teams = pickable_teams()
+    team = next((t for t in teams if t.id == team_id), None)
+    if team is None:
+        abort(404)
+    access.require(access.can_manage_tokens(current_user, team.id), *PORTAL_WORDS)
+    form = request.form
+    asked = {name: value for name, value in (
+        ("frame_ancestors", [line.strip() for line in form.get("frame_ancestors", "").splitlines() if line.strip()]),
+        ("accent_color", accent_asked(form, team.portal_accent)),
+        ("logo_url", form.get("logo_url", "").strip())) if name in form}
+    before = portal.settings(team)
+    try:
+        portal.update_settings(team, given=frozenset(asked), **asked)
+    except ApiError as exc:
+        db.session.rollback()
+        return consumers_page(teams, team, {}, portal_error=exc.message, portal_form=form)
+    flash("Portal settings saved." if portal.settings(team) != before else "Portal settings: nothing changed.", "ok")
+    return redirect(url_for(".consumers", team=team.id, _anchor="portal"))
 
 
 @bp.get("/consumers/<int:team_id>/<uid>")

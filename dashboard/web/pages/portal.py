@@ -18,7 +18,7 @@ from sqlalchemy import select
 from dashboard.accounts import access
 from dashboard.consumers import portal as portal_service
 from dashboard.core.extensions import db
-from dashboard.models import Consumer, Subscription, Team
+from dashboard.models import Consumer, PortalLink, Subscription, Team
 from dashboard.operations import replays as replay_service
 from dashboard.stats import overview as figures
 from dashboard.subscriptions import checks as check_service
@@ -63,6 +63,9 @@ def open_link(token):
     try:
         session_token, link = portal_service.open_link(token[:200])
     except portal_service.LinkRefused as refused:
+        # A known link's refusal (used, expired, revoked) says so inside the team's iframe, not a blocked frame.
+        g.portal_team_id = db.session.scalar(select(PortalLink.team_id)
+                                             .where(PortalLink.token_hash == portal_service.digest(token[:200])))
         return render_template("portal/ended.html", reason=str(refused)), 410
     g.portal_team_id = link.team_id
     consumer = db.session.get(Consumer, link.consumer_id)
@@ -90,12 +93,42 @@ def home():
                            dead_letters=dead_letters, dead_count=replay_service.count(where))
 
 
+def _luminance(colour: str) -> float:
+    """The relative luminance (WCAG 2) of a #rrggbb colour."""
+    def channel(hex2: str) -> float:
+        c = int(hex2, 16) / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g_, b = (channel(colour[i:i + 2]) for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g_ + 0.0722 * b
+
+
+DARK_TEXT, LIGHT_TEXT = "#1d2330", "#fff"
+
+
+LINK_CONTRAST = 4.5  # WCAG AA for text: a link in the accent must read on the page's white
+
+
+def text_on(accent: str) -> str:
+    """White on the accent if that reads at least as well as the dashboard's dark ink does, else that ink."""
+    lum = _luminance(accent)
+    on_white = 1.05 / (lum + 0.05)
+    on_dark = (lum + 0.05) / (_luminance(DARK_TEXT) + 0.05)
+    return LIGHT_TEXT if on_white >= on_dark else DARK_TEXT
+
+
+def reads_on_white(accent: str) -> bool:
+    return 1.05 / (_luminance(accent) + 0.05) >= LINK_CONTRAST
+
+
 @portal_bp.get("/theme.css")
 def theme():
-    """The team's accent colour as a stylesheet: the pages allow no inline style."""
+    """The team's accent colour as a stylesheet (the pages allow no inline style): static/promesa.css paints the
+    portal's top bar and primary buttons with var(--accent, its own colours), text on them var(--accent-text), and
+    links with var(--accent-link): the accent, unless it is too light to read on the page (then the usual blue)."""
     team = portal_team()
     accent = team.portal_accent if team is not None and team.portal_accent else None
-    css = f":root {{ --accent: {accent}; --portal-accent: {accent}; }}\n" if accent else ""
+    link = f" --accent-link: {accent};" if accent and reads_on_white(accent) else ""
+    css = f":root {{ --accent: {accent}; --accent-text: {text_on(accent)};{link} }}\n" if accent else ""
     return current_app.response_class(css, mimetype="text/css")
 
 
@@ -104,6 +137,7 @@ def theme():
 def leave():
     """End this session here (the link stays used): for a shared computer."""
     portal_service.end_session(current_user.session_token)
+    g.portal_team_id = current_user.team_id  # the page that says so still shows in the team's iframe
     logout_user()
     session.clear()
     return render_template("portal/ended.html", reason="You have left. Ask for a new link to come back.")
