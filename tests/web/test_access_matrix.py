@@ -48,9 +48,11 @@ CREATE = {**ADMIN_ONLY, "owner": "ok", "outsider": "ok"}
 ACKNOWLEDGE = {**TEAM_PAGE}
 
 # The consumer portal's routes (/portal): a dashboard session is not a portal session (its cookie is not even sent
-# there), so every role is refused: 401 for a page, 400 for a change (the portal session holds no CSRF token).
-# What a portal session may do is in tests/web/test_portal_isolation.py.
+# there), so every role is refused: 401 for a page, 400 for a change (the portal session holds no CSRF token), 410
+# for a link that is none. What a portal session may do is in tests/portal/test_portal_isolation.py.
 PORTAL_ONLY = {role: "refused" for role in ROLES}
+# The portal's stylesheet (the team's accent colour; empty without a portal session) is for everyone.
+PORTAL_PUBLIC = {("portal.theme", "GET")}
 
 # (endpoint, method) -> expected per role. Path arguments are filled from the sample objects below.
 MATRIX = {
@@ -182,6 +184,8 @@ def _dashboard_routes(app):
 
 
 def _expected(endpoint: str, method: str) -> dict | None:
+    if (endpoint, method) in PORTAL_PUBLIC:
+        return PUBLIC
     return PORTAL_ONLY if endpoint.startswith("portal.") else MATRIX.get((endpoint, method))
 
 
@@ -212,7 +216,8 @@ def samples(producer, receiver, users, clock):
     producer.put_consumer("cus_sample")
     return {"uid": "cus_sample", "subscription_id": sub["id"], "delivery_id": delivery.id, "event_id": event["id"],
             "incident_id": incident.id, "rule": "dead_letters", "sink_id": sink.id, "replay_id": replay.id,
-            "user_id": users["member"].id, "token_id": token.id, "check_id": check.id, "team_id": producer.team.id}
+            "user_id": users["member"].id, "token_id": token.id, "check_id": check.id, "team_id": producer.team.id,
+            "token": "not-a-portal-link"}
 
 
 def _outcome(resp) -> str:
@@ -243,7 +248,7 @@ def test_each_role_gets_what_the_matrix_says(app, samples, role):
             resp = client.open(path, method=method, data={"csrf_token": token})
         got = _outcome(resp)
         if expected == "refused":
-            got = "refused" if resp.status_code in (400, 401) else f"{got} ({resp.status_code})"
+            got = "refused" if resp.status_code in (400, 401, 410) else f"{got} ({resp.status_code})"
         if got != expected:
             wrong.append(f"{method} {path}: expected {expected}, got {got} ({resp.status_code})")
     assert not wrong, f"{role}: " + "; ".join(wrong)
