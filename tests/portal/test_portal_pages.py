@@ -10,7 +10,7 @@ import datetime as dt
 import re
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from dashboard.core.extensions import db
 from dashboard.models import AuditEntry, Check, Delivery, Event, Replay, Subscription
@@ -202,6 +202,12 @@ def test_replay_all_is_a_job_with_progress_that_the_consumer_may_cancel(portal, 
 
     # A user's replay of this endpoint: the consumer sees it, asked by its team.
     assert "Asked by</dt><dd>acme" in shown(portal, f"/portal/replays/{own.replay}")
+
+    # An endpoint with no dead letters: nothing to replay, and no job that says "0 dead letters".
+    resp = portal.post(f"/portal/subscriptions/{world['second']}/replay", data={"csrf_token": token})
+    assert resp.headers["Location"] == f"/portal/subscriptions/{world['second']}"
+    assert "Nothing to replay" in shown(portal, resp.headers["Location"])
+    assert db.session.scalar(select(func.count()).select_from(Replay).where(Replay.actor_kind == "portal")) == 1
 
 
 def test_replay_since_and_the_receiver_check_from_the_portal(portal, world, clock):

@@ -199,7 +199,10 @@ def replay(subscription_id):
         # A consumer replays its endpoint's dead letters as the dead-letter desk does: a job, with progress.
         subscription_service.not_deleted(sub)
         dead = replay_service.DeadLetterFilter(subscription_id=sub.id, team_id=sub.team_id)
-        return show_started(*replay_service.start(dead, ReplayKind.REPLAY))
+        if replay_service.count(dead.where()):
+            return show_started(*replay_service.start(dead, ReplayKind.REPLAY))
+        flash("Nothing to replay: this subscription has no dead letters.", "ok")
+        return redirect(url_for(".subscription", subscription_id=sub.id))
     n = subscription_service.replay(sub, delivery_ids=[delivery_id] if delivery_id else None)
     if not n:
         flash("Nothing re-sent: this delivery is neither dead nor succeeded." if delivery_id else
