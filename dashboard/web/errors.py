@@ -31,7 +31,7 @@ def error_page(exc: HTTPException):
     headers = [(k, v) for k, v in exc.get_headers() if k.lower() != "content-type"]  # a 405's Allow
     reason = exc.description if exc.description != type(exc).description else None  # what the abort() said
     # In the portal (a route of its own, or a path under it that is none), the page names no user and no role.
-    portal = request.blueprint == "portal" or in_portal()
+    portal = in_portal()
     if portal:
         shown = {"in_portal": True, "portal_team": portal_team()}
     else:
