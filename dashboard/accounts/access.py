@@ -111,6 +111,15 @@ def can_view(user, sub) -> bool:
     return can_view_team(user, sub.team_id)
 
 
+def can_view_replay(user, replay) -> bool:
+    """A bulk job's page (a replay, a discard, a replay since): as its team's; in the portal, only a job on one of
+    its consumer's own subscriptions (a job spanning several subscriptions is never a consumer's)."""
+    if is_portal(user):
+        sub = db.session.get(Subscription, replay.subscription_id) if replay.subscription_id else None
+        return sub is not None and replay.team_id == sub.team_id and _consumers_own(user, sub)
+    return can_view_team(user, replay.team_id)
+
+
 def can_operate(user, sub) -> bool:
     """Pause, resume, disable, enable, replay, run a receiver check: operators and admins anywhere, owners
     on their own team; a consumer, in its portal, on its own."""

@@ -289,9 +289,11 @@ def give_up(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
 
 
 def deliveries_page(sub: Subscription, state: str | None, before: str | None, limit: int, *,
-                    event_type: str | None = None, status_code: int | None = None) -> tuple[list[Delivery], str | None]:
-    """Newest first, optionally in one state, of one event type, or with one last status code; `before` is
-    the previous page's next_before (ids are time-ordered)."""
+                    event_type: str | None = None, status_code: int | None = None, since=None,
+                    until=None) -> tuple[list[Delivery], str | None]:
+    """Newest first, optionally in one state, of one event type, with one last status code, or created in a time
+    window (naive UTC: at or after `since`, before `until`); `before` is the previous page's next_before (ids are
+    time-ordered)."""
     # Each delivery shows its event's id (API) and type (dashboard): loaded with the page in one more
     # query, not one per row, and without the bodies.
     query = select(Delivery).where(Delivery.subscription_id == sub.id) \
@@ -302,6 +304,10 @@ def deliveries_page(sub: Subscription, state: str | None, before: str | None, li
         query = query.join(Event, Event.key == Delivery.event_key).where(Event.type == event_type)
     if status_code is not None:
         query = query.where(Delivery.last_status_code == status_code)
+    if since is not None:
+        query = query.where(Delivery.created_at >= since)
+    if until is not None:
+        query = query.where(Delivery.created_at < until)
     return paging.by_id(query, Delivery.id, limit, before)
 
 

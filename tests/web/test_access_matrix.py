@@ -49,7 +49,7 @@ ACKNOWLEDGE = {**TEAM_PAGE}
 
 # The consumer portal's routes (/portal): a dashboard session is not a portal session (its cookie is not even sent
 # there), so every role is refused: 401 for a page, 400 for a change (the portal session holds no CSRF token).
-# What a portal session may do is in tests/web/test_portal_isolation.py.
+# What a portal session may do is in tests/portal/test_portal_isolation.py.
 PORTAL_ONLY = {role: "refused" for role in ROLES}
 
 # (endpoint, method) -> expected per role. Path arguments are filled from the sample objects below.

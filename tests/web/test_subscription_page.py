@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 from sqlalchemy import select
@@ -71,3 +72,32 @@ def test_it_shows_its_outcomes_its_filters_and_its_own_audit_entries(app, client
     audit_part = html.split("<h2>Audit log</h2>")[1]
     assert "subscription.created" in audit_part and "subscription.paused" not in audit_part  # only its own
     assert f"/audit?subscription={sub['id']}" in audit_part
+
+
+def test_its_deliveries_filter_by_a_time_window_and_a_bad_time_is_a_400(app, client, auth, producer, receiver, users,
+                                                                      clock):
+    sub = producer.subscribe(receiver.url + "/status/200")
+    first = clock.now()
+    producer.publish("file.updated")
+    clock.advance(hours=2)
+    producer.publish("file.deleted")
+    auth.login("member")
+    page = f"/subscriptions/{sub['id']}"
+    row = '<td><a href="/deliveries/'
+    middle = (first + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+
+    html = client.get(page + f"?from={middle}").get_data(as_text=True)
+    assert html.count(row) == 1 and "<td data-label=\"Event\">file.deleted</td>" in html
+    assert f'<input type="datetime-local" name="from" value="{middle}">' in html
+    assert f"?state=dead&amp;from={middle}" in html  # the state links keep the window
+    only_first = client.get(page + f"?to={middle}").get_data(as_text=True)
+    assert only_first.count(row) == 1 and "<td data-label=\"Event\">file.updated</td>" in only_first
+    assert client.get(page + f"?to={middle}&type=file.deleted").get_data(as_text=True).count(row) == 0
+    # A time with a zone is read in UTC: the same instant, 5 hours ahead.
+    ahead = (first + dt.timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M") + "%2B05:00"
+    assert client.get(page + f"?from={ahead}").get_data(as_text=True).count(row) == 1
+
+    for bad, said in [("?from=tuesday", "from must be an ISO 8601 time"), (f"?from={middle}&to={middle}",
+                      "from must be before to"), ("?to=0001-01-01T00:00%2B14:00", "is outside years 1 to 9999 in UTC")]:
+        resp = client.get(page + bad)
+        assert resp.status_code == 400 and said in resp.get_data(as_text=True), bad

@@ -21,7 +21,7 @@ from dashboard.web.pages.formatting import age
 
 def replay_or_404(replay_id: str) -> Replay:
     replay = db.session.get(Replay, replay_id)
-    if replay is None or not access.can_view_team(current_user, replay.team_id):
+    if replay is None or not access.can_view_replay(current_user, replay):
         abort(404)
     return replay
 
@@ -73,6 +73,8 @@ def failing_note(st: subscription_status.Status, now: dt.datetime) -> str | None
 
 
 def can_cancel(replay: Replay) -> bool:
+    if access.is_portal(current_user):  # its own endpoint's job (replay_or_404 let it see no other): it may stop it
+        return access.can_view_replay(current_user, replay)
     teams = access.operable_team_ids(current_user)
     if teams is None:
         return replay.team_id is None or replay.team_id != access.hidden_team_id(current_user)

@@ -11,8 +11,8 @@ from sqlalchemy import select
 
 from dashboard.accounts import access
 from dashboard.core.extensions import db
-from dashboard.core.validation import ApiError
-from dashboard.models import AuditEntry, DeliveryState, ReplayKind, SubscriptionState
+from dashboard.core.validation import ApiError, parse_time
+from dashboard.models import AuditEntry, Delivery, DeliveryState, ReplayKind, SubscriptionState, Team
 from dashboard.operations import replays as replay_service
 from dashboard.operations import subscription_status
 from dashboard.stats import latency, outcomes, rollup
@@ -66,15 +66,37 @@ def chart_data(sub, window: Window, now: dt.datetime):
 
 
 def _filters() -> dict:
-    """The delivery list's filters from the query string; a malformed one is a 400 that says so."""
+    """The delivery list's filters from the query string; a malformed one is a 400 that says so. `args`: the
+    filters but the state, as the page's links carry them."""
     state = request.args.get("state") or None
     if state is not None and state not in DeliveryState.ALL:
         abort(400, f"state must be one of: {', '.join(DeliveryState.ALL)}")
     status = (request.args.get("status") or "").strip()
     if status and not (status.isdigit() and 100 <= int(status) <= 599):
         abort(400, "status must be an HTTP status code, from 100 to 599")
-    return {"state": state, "event_type": (request.args.get("type") or "").strip()[:200] or None,
-            "status_code": int(status) if status else None}
+    since, until = _time("from"), _time("to")
+    if since and until and since >= until:
+        abort(400, "from must be before to")
+    event_type = (request.args.get("type") or "").strip()[:200] or None
+    args = {"type": event_type, "status": int(status) if status else None, "from": _shown(since),
+            "to": _shown(until)}
+    return {"state": state, "event_type": event_type, "status_code": args["status"], "since": since,
+            "until": until, "args": {k: v for k, v in args.items() if v is not None}}
+
+
+def _time(name: str) -> dt.datetime | None:
+    """A time bound of the delivery list (a datetime-local input's value: UTC); 400 unless it is a time."""
+    try:
+        return parse_time((request.args.get(name) or "").strip()[:64], name)
+    except ApiError as exc:  # unreadable (400) or past year 9999 in UTC (422): the same mistake in a form
+        abort(400, f"{exc.message} (a date and a time in UTC, such as 2026-11-30T09:00)")
+
+
+def _shown(when: dt.datetime | None) -> str | None:
+    """A bound as the datetime-local input shows it back (seconds only when it has some)."""
+    if when is None:
+        return None
+    return when.strftime("%Y-%m-%dT%H:%M:%S" if when.second or when.microsecond else "%Y-%m-%dT%H:%M")
 
 
 @both("/subscriptions/<subscription_id>", methods=["GET"])
@@ -84,12 +106,15 @@ def subscription(subscription_id):
     filters = _filters()
     page, next_before = subscription_service.deliveries_page(
         sub, filters["state"], request.args.get("before"), PAGE,
-        event_type=filters["event_type"], status_code=filters["status_code"])
+        event_type=filters["event_type"], status_code=filters["status_code"], since=filters["since"],
+        until=filters["until"])
     window = chart_window()
     now = current_app.config["CLOCK"].now()
     buckets, lat, latency_cut = chart_data(sub, window, now)
-    entries = db.session.scalars(select(AuditEntry).where(AuditEntry.subscription_id == sub.id)
-                                 .order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(AUDIT_ENTRIES)).all()
+    # The audit log names the team's users (their emails): never in the portal.
+    entries = [] if access.is_portal(current_user) else db.session.scalars(
+        select(AuditEntry).where(AuditEntry.subscription_id == sub.id)
+        .order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(AUDIT_ENTRIES)).all()
     status = subscription_status.status(sub, now)
     return render_template("subscriptions/page.html", sub=sub, deliveries=page, filters=filters,
                            state=filters["state"], next_before=next_before, buckets=buckets, latency=lat,
@@ -104,6 +129,20 @@ def subscription(subscription_id):
 def contract(subscription_id):
     sub = access.visible_subscription(subscription_id)
     return render_template("subscriptions/contract.html", c=contract_service.build(sub), sub=sub)
+
+
+@bp.app_template_global()
+def shown_actor(name: str, kind: str | None = None) -> str:
+    """Who did something (an audit entry's actor and kind, a check's requester), as the page may say it: on the
+    dashboard as recorded; in the portal "you" for its consumer, "Promesa" for the system, and the producing team's
+    name for anyone else (a user's email or a token's prefix is the team's business, not its consumer's)."""
+    if request.blueprint != "portal":
+        return name
+    if kind in (None, "portal") and name == current_user.uid:
+        return "you"
+    if kind == "system":
+        return "Promesa"
+    return db.session.get(Team, current_user.team_id).name
 
 
 def deliveries(n: int, which: str) -> str:
@@ -154,6 +193,16 @@ def replay(subscription_id):
     # Replay all dead letters, or re-send one delivery (dead or succeeded), with a fresh retry schedule.
     sub = access.visible_subscription(subscription_id, need=access.can_operate)
     delivery_id = request.form.get("delivery_id")
+    if delivery_id:  # another subscription's delivery is not there to re-send, as far as this page can tell
+        access.of_subscription(Delivery, delivery_id, sub)
+    elif access.is_portal(current_user):
+        # A consumer replays its endpoint's dead letters as the dead-letter desk does: a job, with progress.
+        subscription_service.not_deleted(sub)
+        dead = replay_service.DeadLetterFilter(subscription_id=sub.id, team_id=sub.team_id)
+        if replay_service.count(dead.where()):
+            return show_started(*replay_service.start(dead, ReplayKind.REPLAY))
+        flash("Nothing to replay: this subscription has no dead letters.", "ok")
+        return redirect(url_for(".subscription", subscription_id=sub.id))
     n = subscription_service.replay(sub, delivery_ids=[delivery_id] if delivery_id else None)
     if not n:
         flash("Nothing re-sent: this delivery is neither dead nor succeeded." if delivery_id else
