@@ -138,3 +138,17 @@ def test_a_change_without_the_portal_sessions_csrf_token_is_refused(app, produce
     open_portal(browser, producer, "cus_1")
     assert browser.post("/portal/leave").status_code == 400
     assert browser.get("/portal/").status_code == 200
+
+
+def test_what_a_consumer_does_in_its_portal_reads_as_portal_uid_in_the_teams_audit_log(
+        app, client, auth, users, producer, consumer, receiver):
+    sub = producer.subscribe(receiver.url + "/ok", consumer="cus_1")
+    browser = app.test_client()
+    open_portal(browser, producer, "cus_1")
+    page = browser.get(f"/portal/subscriptions/{sub['id']}").get_data(as_text=True)
+    token = page.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+    assert browser.post(f"/portal/subscriptions/{sub['id']}/pause", data={"csrf_token": token,
+                                                                          "reason": "moving"}).status_code == 302
+    auth.login("owner")
+    audit = client.get("/audit").get_data(as_text=True)
+    assert "<code>portal:cus_1</code>" in audit
