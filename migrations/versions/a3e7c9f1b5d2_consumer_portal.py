@@ -38,16 +38,14 @@ def upgrade():
         sa.UniqueConstraint('session_hash'),
     )
     op.create_index('ix_portal_links_consumer', 'portal_links', ['consumer_id'])
-    with op.batch_alter_table('teams') as batch:
-        batch.add_column(sa.Column('portal_frame_ancestors', sa.JSON(), nullable=True))
-        batch.add_column(sa.Column('portal_accent', sa.String(length=7), nullable=True))
-        batch.add_column(sa.Column('portal_logo_url', sa.String(length=500), nullable=True))
+    op.add_column('teams', sa.Column('portal_frame_ancestors', sa.JSON(), nullable=True))
+    op.add_column('teams', sa.Column('portal_accent', sa.String(length=7), nullable=True))
+    op.add_column('teams', sa.Column('portal_logo_url', sa.String(length=500), nullable=True))
 
 
 def downgrade():
-    with op.batch_alter_table('teams') as batch:
-        batch.drop_column('portal_logo_url')
-        batch.drop_column('portal_accent')
-        batch.drop_column('portal_frame_ancestors')
+    # SQLite drops a column in place (3.35 and later); a batch would copy teams under the foreign keys to it.
+    for column in ('portal_logo_url', 'portal_accent', 'portal_frame_ancestors'):
+        op.execute(f"ALTER TABLE teams DROP COLUMN {column}")
     op.drop_index('ix_portal_links_consumer', table_name='portal_links')
     op.drop_table('portal_links')
