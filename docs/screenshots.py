@@ -3,8 +3,8 @@
 Seeds a week of demo data into a throwaway SQLite database (with the embedded Redis), serves the
 dashboard on 127.0.0.1, signs in as an admin with Debian's headless Chromium (Playwright) and saves
 one PNG per page in PAGES under docs/. Then it opens a portal link of the consumer Acme Corp (the
-payments team has an accent colour and a logo) and saves the portal's pages in PORTAL_PAGES under
-docs/screenshots/ (docs/portal.md). The data is made up and the clock frozen, so the pictures
+payments team has an accent colour and a logo) and saves the portal's pages in PORTAL_PAGES beside them
+(docs/portal.md). The data is made up and the clock frozen, so the pictures
 only change when the pages do. A new page is one more line in PAGES.
 """
 
@@ -59,7 +59,7 @@ PHONE_PAGES = [
     ("consumer-phone", "/consumers/{team}/cus_acme"),
 ]
 # The consumer portal as Acme Corp sees it (a link of the payments team), at a desktop's width and a phone's:
-# file name under docs/screenshots/, path ("{acme_subscription}" is Acme's endpoint), viewport width. An endpoint's
+# file name under docs/, path ("{acme_subscription}" is Acme's endpoint), viewport width. An endpoint's
 # page is long: its picture is the first screen of it.
 PORTAL_PAGES = [
     ("portal-home", "/portal/", 1360),
@@ -219,7 +219,7 @@ def _deliveries(sub: Subscription, rng: random.Random, dead: int) -> dict:
 
 
 def shoot_portal(browser, app, base: str, ids: dict) -> None:
-    """Open a portal link of Acme Corp in a browser of its own and save PORTAL_PAGES under docs/screenshots/."""
+    """Open a portal link of Acme Corp in a browser of its own and save PORTAL_PAGES under docs/."""
     with app.app_context():
         acme = db.session.query(Consumer).filter_by(uid="cus_acme").one()
         url, _ = portal.create_link(acme, 3600)
@@ -227,11 +227,10 @@ def shoot_portal(browser, app, base: str, ids: dict) -> None:
     page.route(PORTAL_LOGO, lambda route: route.fulfill(body=PORTAL_LOGO_SVG, content_type="image/svg+xml"))
     page.goto(base + url.removeprefix(app.config["PROMESA_BASE_URL"]))
     page.wait_for_url(base + "/portal/")
-    (ROOT / "docs" / "screenshots").mkdir(exist_ok=True)
     for name, path, width in PORTAL_PAGES:
         page.set_viewport_size({"width": width, "height": 860 if width < 720 else 800})
         page.goto(base + path.format(**ids))
-        target = ROOT / "docs" / "screenshots" / f"{name}.png"
+        target = ROOT / "docs" / f"{name}.png"
         page.screenshot(path=str(target), full_page="/subscriptions/" not in path)
         print(f"wrote {target.relative_to(ROOT)}")
     page.close()
