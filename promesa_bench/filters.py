@@ -15,12 +15,16 @@ import asyncio
 import datetime as dt
 import json
 import statistics
+import time
 
 import click
 from sqlalchemy import func, select, update
 
+from dashboard.core import filters as core_filters
+from dashboard.core.clock import utcnow
 from dashboard.core.extensions import db
-from dashboard.models import Delivery, Event, Subscription
+from dashboard.ingest import quotas
+from dashboard.models import Delivery, Event, Subscription, TeamQuota
 from promesa_bench.cpu import CpuWindow, drift, drifted
 from promesa_bench.harness import Run, _publish
 
@@ -59,14 +63,33 @@ def _deliveries(run: Run, event_type: str) -> tuple[int, int]:
     return events, deliveries
 
 
+def evaluation_us(samples: int = 100_000) -> float:
+    """One test of FILTER on a bench event, in microseconds of this process (what ingest adds per event and
+    filtered subscription, the routing read aside)."""
+    admits = core_filters.compile(FILTER)
+    body = {"id": "evt_1", "type": "bench.ping", "version": 1, "timestamp": "2026-12-06T00:00:00.000Z",
+            "data": {"resource_id": "r_1", "resource_version": 1}}
+    started = time.perf_counter()
+    for _ in range(samples):
+        admits(body)
+    return round((time.perf_counter() - started) * 1e6 / samples, 3)
+
+
 def filters_command(events: int, rounds: int, healthy: int, workers: int, web_workers: int, publishers: int,
                     slow_seconds: float, keep: bool, as_json: bool, log) -> None:
     started = dt.datetime.now(dt.timezone.utc)
     with Run(workers, web_workers, slow_seconds, keep, log) as run:
         run.make_team(healthy, 0)
+        with run.app.app_context():  # the workers are stopped: every delivery stays owed until the run ends
+            db.session.merge(TeamQuota(team_id=run.team_id, name="queued_deliveries", value=1_000_000_000,
+                                       updated_at=utcnow(), updated_by="bench"))
+            db.session.commit()
+            quotas.publish_limits([run.team_id])  # where ingest reads it, now rather than at the next sweep
+            db.session.remove()
         log(f"bench {run.run_id}: payload filters, {healthy} endpoints, {rounds} rounds of {events} single events "
             f"per kind; {run.database} + {run.redis_kind}")
         rates: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        web_ms: dict[str, list[float]] = {kind: [] for kind in KINDS}  # the web processes' CPU per event
         speeds: list[float | None] = []  # each round's filtered phase's machine speed over its neighbour's
         errors = 0
         for r in range(rounds):
@@ -77,6 +100,7 @@ def filters_command(events: int, rounds: int, healthy: int, workers: int, web_wo
                 _set_filters(run, FILTER if kind != KINDS[0] else None)
                 phases[kind] = _phase(run, events, publishers)
                 rates[kind].append(phases[kind]["per_s"])
+                web_ms[kind].append(phases[kind]["cpu"]["ms_per_unit_by_process"].get("web"))
                 errors += phases[kind]["errors"]
                 log(f"  round {r + 1} {kind:20s} {phases[kind]['per_s']} events/s ({phases[kind]['errors']} errors)")
             speeds.append(drift(phases[KINDS[0]]["cpu"], phases[KINDS[1]]["cpu"]))
@@ -89,7 +113,11 @@ def filters_command(events: int, rounds: int, healthy: int, workers: int, web_wo
         "started_at": started.isoformat(timespec="seconds"), "database": run.database, "redis": run.redis_kind,
         "subscriptions": healthy, "events_per_phase": events, "rounds": rounds, "publishers": publishers,
         "web_workers": web_workers, "filter": FILTER, "publish_errors": errors + refused["errors"], "rates": rates,
-        "medians": {kind: statistics.median(values) for kind, values in rates.items()},
+        "medians": {kind: round(statistics.median(values), 1) for kind, values in rates.items()},
+        "web_ms_per_event": web_ms,
+        "web_ms_per_event_medians": {kind: statistics.median(v) if None not in v else None
+                                     for kind, v in web_ms.items()},
+        "filter_test_us": evaluation_us(),
         "round_ratios": ratios, "ratio": round(statistics.median(ratios), 3) if ratios else None, "machine_drift": speeds,
         "admitted": {"events": admitted_events, "deliveries": admitted_deliveries,
                      "expected_deliveries": admitted_events * healthy},
@@ -101,7 +129,10 @@ def filters_command(events: int, rounds: int, healthy: int, workers: int, web_wo
                f"(median events/s):")
     for kind in KINDS:
         click.echo(f"  {kind:20s} {out['medians'][kind]:>9}   rounds: {', '.join(str(v) for v in rates[kind])}")
+    click.echo("the web processes' CPU per event, median ms: " + ", ".join(
+        f"{kind} {out['web_ms_per_event_medians'][kind]}" for kind in KINDS))
     click.echo(f"filtered / unfiltered, median of the rounds' ratios: {out['ratio']} ({', '.join(map(str, ratios))})")
+    click.echo(f"one test of the filter on an event: {out['filter_test_us']} us (x {healthy} endpoints per event)")
     click.echo(f"deliveries: {admitted_deliveries} for {admitted_events} events x {healthy} endpoints; "
                f"{refused_deliveries} for {refused_events} events the filter refuses")
     for r, speed in enumerate(speeds):
