@@ -124,9 +124,9 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
             f'"timestamp":{_json_str(timestamp)},"data":{data_json}}}')
 
 
-# Built once (ingest runs them on every request): what routing needs of each subscription, and the
-# event a repeated Idempotency-Key names.
-# The filter as its JSON text: the key its compiled predicate is kept by (filters.compiled_json).
+# Built once (ingest runs them on every request): what routing needs of each subscription (its payload filter as
+# JSON text, the key its compiled predicate is kept by: filters.compiled_json), and the event a repeated
+# Idempotency-Key names.
 _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions,
                   Subscription.consumer_id, cast(Subscription.filter, Text).label("filter_json")) \
     .where(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None))
