@@ -290,6 +290,9 @@ class Subscription(db.Model):
     connect_timeout: Mapped[float] = mapped_column(Float, default=5.0)
     attempt_timeout: Mapped[float] = mapped_column(Float, default=10.0)
     max_age_seconds: Mapped[int] = mapped_column(Integer, default=24 * 3600)
+    # The payload filter (dashboard.subscriptions.filters): of the events of its types, only those it admits
+    # get a delivery, decided at ingest. None (SQL NULL): every one.
+    filter: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
     # Soft deletion: out of routing and the API's list, its history still readable.

@@ -16,6 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
 from promesa_receiver.check import RULES as CHECK_RULES
 from pydantic.fields import FieldInfo
 
+from dashboard.core import filters
 from dashboard.core.validation import (
     ID_PATTERN,
     MAX_VERSION,
@@ -58,6 +59,14 @@ ConsumerUid = Annotated[str, Field(pattern=CONSUMER_UID_PATTERN, examples=["cus_
 
 
 # -- requests ------------------------------------------------------------------------------------
+
+FILTER_WORDS = (f"a payload filter (docs/api.md, Filters): dotted paths into the thin body (type, version, "
+                f"data.region, ...) with a value, or operators $eq $ne $in $nin $gt $gte $lt $lte $exists, combined "
+                f"with $and $or $not; at most {filters.MAX_CONDITIONS} conditions, {filters.MAX_DEPTH} levels and "
+                f"{filters.MAX_FILTER_BYTES} bytes. Of the events of its types, only those it admits get a "
+                f"delivery; a filter that is wrong is a 422 naming where")
+# What the document can say of a filter: an object. Its language is checked by filters.compile (422).
+PayloadFilter = Annotated[dict[str, Any], Field(examples=[{"data.region": "eu"}]), Must("a JSON object (a filter)")]
 
 class EventInput(Body):
     type: ProducerTypeName
@@ -131,9 +140,12 @@ class SubscriptionInput(Body):
                                                       "only events addressed to that consumer. Absent: the team's own "
                                                       "endpoint, for unaddressed events"),
                         Must(CONSUMER_UID_WORDS)] = None
+    filter: Annotated[PayloadFilter | None, Field(description=f"{FILTER_WORDS}; null: every event of its types")] = None
 
     model_config = ConfigDict(json_schema_extra={"examples": [
-        {"url": "https://example.com/hooks", "event_types": ["file.*"]}]})
+        {"url": "https://example.com/hooks", "event_types": ["file.*"]},
+        {"url": "https://example.com/hooks", "event_types": ["invoice.*"],
+         "filter": {"data.region": "eu", "data.amount": {"$gte": 100}}}]})
 
 
 def _edit_fields() -> dict:
@@ -179,6 +191,17 @@ class EventTypeInput(Body):
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"name": "file.updated", "schema": {"type": "object", "properties": {"resource_id": {"type": "string"}}}}]})
+
+
+class FilterTestInput(Body):
+    filter: Annotated[PayloadFilter, Field(description=FILTER_WORDS)]
+    event: Annotated[dict[str, Any], Field(description="an event as receivers get it (the thin body: id, type, "
+                                                       "version, timestamp, data)"),
+                     Must("a JSON object (an event's body)")]
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"filter": {"data.region": "eu"},
+         "event": {"type": "invoice.paid", "version": 1, "data": {"resource_id": "in_77", "region": "eu"}}}]})
 
 
 class TeamUpdate(Body):
@@ -368,6 +391,7 @@ class Subscription(BaseModel):
     signing_secrets: list[SigningSecret] = Field(description="which secrets sign deliveries, and until when "
                                                              "(never their values)")
     consumer: str | None = Field(description="the uid of the consumer whose endpoint this is; null: the team's own")
+    filter: dict[str, Any] | None = Field(description="its payload filter; null: every event of its types")
     created_at: str
     deleted_at: str | None = Field(description="set when deleted: nothing more is attempted")
 
@@ -422,6 +446,10 @@ class Resumed(Subscription):
 class SubscriptionList(BaseModel):
     data: list[Subscription]
     next_after: str | None
+
+
+class FilterTested(BaseModel):
+    matches: bool = Field(description="whether the event passes the filter")
 
 
 class Replayed(BaseModel):

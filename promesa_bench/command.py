@@ -16,6 +16,7 @@ from promesa_bench import pages as bench_pages
 from promesa_bench.baseline import baseline_table
 from promesa_bench.consumers import consumers_command
 from promesa_bench.cpu import CpuWindow, drift, drifted
+from promesa_bench.filters import filters_command
 from promesa_bench.harness import (
     BUSY_ENOUGH,
     HISTORY_DEFAULT,
@@ -157,13 +158,18 @@ def _stop_children_on_sigterm() -> None:
 @click.option("--consumers", "consumers", type=click.IntRange(min=1), default=None, metavar="N",
               help="addressed delivery: N consumers with an endpoint each; addressed against unaddressed ingest, "
                    "single and batch (--batch, default 100), --rounds alternated, then every delivery checked")
-@click.option("--rounds", default=3, show_default=True, help="with --consumers: rounds of each kind of publishing")
+@click.option("--filters", "with_filters", is_flag=True,
+              help="payload filters: single-event ingest with a 5-condition filter on every subscription "
+                   "(--subscriptions, default 1) against none, --rounds alternated, workers stopped; then every "
+                   "delivery counted")
+@click.option("--rounds", default=3, show_default=True,
+              help="with --consumers or --filters: rounds of each kind of publishing")
 @click.option("--keep", is_flag=True, help="keep the temporary folder and the run's database rows")
 @click.option("--json", "as_json", is_flag=True, help="also print the result as one JSON object on the last line")
 def bench_command(events, workers, receivers, healthy, rate, publishers, batch, web_workers, preload, replay, dashboard,
                   dashboard_attempts, dashboard_consumers, no_raw, rate_limit, no_ingest_baseline, ingest_alone, prune_rows, scale,
                   scale_settled, scale_due, plot, slow_seconds, timeout, history, soak, soak_prune_rows, soak_minute_seconds, access_log,
-                  consumers, rounds, keep, as_json):
+                  consumers, with_filters, rounds, keep, as_json):
     """Deliveries/s, publish->receive latency and a raw HTTP baseline, measured in one run."""
     slow = _parse_receivers(receivers)
     if events < 1 or workers < 1 or healthy < 1 or publishers < 1 or not 1 <= batch <= 500 or history < 0:
@@ -177,6 +183,9 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
     if scale:
         return scale_command(events, workers, web_workers, publishers, batch, scale_settled, scale_due, plot,
                              slow_seconds, timeout, keep, as_json, log)
+    if with_filters:
+        return filters_command(events, rounds, healthy, workers, web_workers, publishers, slow_seconds, keep, as_json,
+                               log)
     if consumers:
         return consumers_command(consumers, events, batch, rounds, workers, web_workers, publishers, slow_seconds,
                                  timeout, keep, as_json, log)

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, array
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from dashboard.core import filters
 from dashboard.core.clock import iso
 from dashboard.core.extensions import db
 from dashboard.core.ids import new_ids
@@ -87,6 +88,23 @@ def wants(sub, event_type: str, version: int) -> bool:
     return (pinned is None or pinned == version) and any(fnmatch.fnmatchcase(event_type, p) for p in sub.event_types)
 
 
+class Route(NamedTuple):
+    """A subscription as routing reads it (a routing row), with its payload filter compiled (None: no filter).
+    Made when the rows are read, so a kept answer (routing_cache) carries its filters compiled."""
+    id: str
+    state: str
+    event_types: list
+    event_versions: dict | None
+    consumer_id: int | None
+    admits: filters.Predicate | None
+
+
+def routes(rows) -> list[Route]:
+    """Routing rows (those naming a subscription) as Routes."""
+    return [Route(row.id, row.state, row.event_types, row.event_versions, row.consumer_id,
+                  filters.stored(row.filter_json)) for row in rows if row.id is not None]
+
+
 def resource_id_of(data: dict) -> str | None:
     """data.resource_id as the searchable events.resource_id: a string or number of at most 200 characters."""
     value = data.get("resource_id")
@@ -106,10 +124,11 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
             f'"timestamp":{_json_str(timestamp)},"data":{data_json}}}')
 
 
-# Built once (ingest runs them on every request): what routing needs of each subscription, and the
-# event a repeated Idempotency-Key names.
+# Built once (ingest runs them on every request): what routing needs of each subscription (its payload filter as
+# JSON text, the key its compiled predicate is kept by: filters.compiled_json), and the event a repeated
+# Idempotency-Key names.
 _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions,
-                  Subscription.consumer_id) \
+                  Subscription.consumer_id, cast(Subscription.filter, Text).label("filter_json")) \
     .where(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None))
 # On PostgreSQL only (migrations f2c6a8d1e4b7, c5d9e3a7b1f4): a stored column the model does not map, so SQLite
 # has none.
@@ -264,8 +283,8 @@ def _routing(team_id: int, event_types: set[str], uids: set[str | None]) -> tupl
                                     {"team_id": team_id, "uids": sorted(uids - {None})})
         consumers = {row.addressee_uid: (row.addressee_id, row.addressee_state == ConsumerState.DISABLED)
                      for row in addressed}
-        rows = [*rows, *(row for row in addressed if row.id is not None)]
-    return rows, consumers
+        rows = [*rows, *addressed]
+    return routes(rows), consumers
 
 
 def _routing_and_declaration(producer: Team | BearerToken, event_type: str, version: int | None,
@@ -293,7 +312,7 @@ def _routing_and_declaration(producer: Team | BearerToken, event_type: str, vers
     caller = Caller(first.team_id, first.strict, first.token_expires_at) if consumer is None else \
         Caller(first.team_id, first.strict, first.token_expires_at, first.addressee_id,
                first.addressee_state == ConsumerState.DISABLED)
-    answer = [row for row in rows if row.id is not None], declared, caller
+    answer = routes(rows), declared, caller
     lookup.keep(key, answer, first.routing_generation if indexed else None)
     return _unexpired(answer, consumer)
 
@@ -438,7 +457,7 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
         consumer_id, holds = addressees[uid]
         plan = plans.get((event_type, version, uid))
         if plan is None and only is not None:
-            plan = plans[(event_type, version, uid)] = (version or 1, None, [only])
+            plan = plans[(event_type, version, uid)] = (version or 1, None, [only], [])
         if plan is None:
             resolved = resolutions.get((event_type, version))
             if resolved is None:  # once per type and version, whatever the number of consumers addressed
@@ -448,11 +467,15 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
                     resolved = catalog.resolve(team, event_type, version)
                 resolutions[(event_type, version)] = resolved
             published, declared = resolved
-            # A consumer's event reaches its subscriptions alone; an unaddressed one the team's own.
+            # A consumer's event reaches its subscriptions alone; an unaddressed one the team's own. Of those
+            # that want the type, the ones with a payload filter are asked per event (`filtered`).
+            wanting = [sub for sub in owned.get(consumer_id, ()) if wants(sub, event_type, published)]
             targets = [(sub.id, sub.state == SubscriptionState.ACTIVE and not holds)
-                       for sub in owned.get(consumer_id, ()) if wants(sub, event_type, published)]
-            plan = plans[(event_type, version, uid)] = (published, declared, targets)
-        version, declared, targets = plan
+                       for sub in wanting if sub.admits is None]
+            filtered = [(sub.id, sub.state == SubscriptionState.ACTIVE and not holds, sub.admits)
+                        for sub in wanting if sub.admits is not None]
+            plan = plans[(event_type, version, uid)] = (published, declared, targets, filtered)
+        version, declared, targets, filtered = plan
         if declared is not None:
             try:
                 catalog.validate_data(declared, data, budget)
@@ -461,10 +484,13 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
         key = next(fresh_keys)
         event_id = event_id or key
         seen[event_id] = index
+        timestamp = now_iso if occurred_at is None else iso(occurred_at)
+        if filtered:  # the thin body's members, as the filters read them
+            body = {"id": event_id, "type": event_type, "version": version, "timestamp": timestamp, "data": data}
+            targets = [*targets, *((sub_id, active) for sub_id, active, admits in filtered if admits(body))]
         events.append({"key": key, "id": event_id, "type": event_type, "version": version, "data": data,
                        "resource_id": resource_id_of(data), "consumer_id": consumer_id,
-                       "body": thin_body(event_id, event_type, version,
-                                         now_iso if occurred_at is None else iso(occurred_at), data_json),
+                       "body": thin_body(event_id, event_type, version, timestamp, data_json),
                        "occurred_at": occurred_at or now})
         promised.extend((key, subscription_id, active) for subscription_id, active in targets)
         results.append(Accepted(event_id, len(targets), False))

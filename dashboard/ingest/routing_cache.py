@@ -11,6 +11,10 @@ is read afresh too. So a revoked token, a new subscription or a new version take
 write exactly as it did when every request read, and a refusal (401, a schema the data fails) is never
 given from what was kept: it is read again first.
 
+What is kept is ingest's answer as made (ingest.Route): each subscription's payload filter already compiled,
+so a filter is compiled once per generation and process, never per request or event; an edit to a filter is a
+change to subscriptions like any other, and moves the generation.
+
 Only ingest's own autocommit path (ingest.autocommit) keeps anything; elsewhere every request reads.
 """
 

@@ -3,7 +3,8 @@
 What one matches (`RecoverFilter`) and the chunks its job works through (`chunks`); the job itself, its row and
 its progress are a bulk replay's (dashboard.operations.replays, kind "recover"). An event of the consumer with no
 delivery to the endpoint (it registered late, or the event came with none) gets one; a dead one is sent again; one
-delivered or on its way is left alone. Only the event types the endpoint takes, as ingest would have routed them.
+delivered or on its way is left alone. Only the event types the endpoint takes, and of an event it never had only
+one its payload filter admits, as ingest would have routed them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 from flask import current_app
 from sqlalchemy import func, insert, or_, select, tuple_
 
+from dashboard.core import filters
 from dashboard.core.extensions import db
 from dashboard.core.ids import new_ids
 from dashboard.core.validation import parse_time
@@ -73,10 +75,18 @@ class RecoverFilter:
 
     def count(self, sub: Subscription, until: dt.datetime) -> int:
         """How many events it would send now: counted per (type, version), each checked against the
-        subscription's types."""
-        return sum(n for event_type, version, n in db.session.execute(
-            select(Event.type, Event.version, func.count()).where(*self.owed(until))
-            .group_by(Event.type, Event.version)).all() if wants(sub, event_type, version))
+        subscription's types; with a payload filter, an event with no delivery yet counts only if it passes."""
+        admits = filters.stored(_filter_json(sub))
+        if admits is None:
+            return sum(n for event_type, version, n in db.session.execute(
+                select(Event.type, Event.version, func.count()).where(*self.owed(until))
+                .group_by(Event.type, Event.version)).all() if wants(sub, event_type, version))
+        had_one = select(Delivery.id).where(Delivery.event_key == Event.key,
+                                            Delivery.subscription_id == self.subscription_id).exists()
+        rows = db.session.execute(select(Event.type, Event.version, Event.body, had_one.label("dead"))
+                                  .where(*self.owed(until)).execution_options(yield_per=1000))
+        return sum(1 for row in rows if wants(sub, row.type, row.version)
+                   and (row.dead or admits(json.loads(row.body))))
 
 
 def chunks(replay: Replay, chunk: int):
@@ -88,7 +98,9 @@ def chunks(replay: Replay, chunk: int):
         sub = db.session.get(Subscription, recover.subscription_id, populate_existing=True)
         if sub.deleted_at is not None:
             return
-        query = select(Event.key, Event.type, Event.version, Event.created_at) \
+        admits = filters.stored(_filter_json(sub))
+        query = select(Event.key, Event.type, Event.version, Event.created_at,
+                       *([Event.body] if admits is not None else [])) \
             .where(*recover.owed(replay.created_at, replay.id))
         if after is not None:
             query = query.where(tuple_(Event.created_at, Event.key) > tuple_(*after))
@@ -100,8 +112,20 @@ def chunks(replay: Replay, chunk: int):
         restarted = subscription_service.restart(
             Delivery.event_key.in_(wanted), Delivery.subscription_id == sub.id,
             Delivery.state == DeliveryState.DEAD, replay_id=replay.id) if wanted else []
-        made = _deliveries_for(sub, wanted, replay.id)
+        # A dead delivery goes again whatever the filter says now (a replay); an event that never had one gets
+        # one only if the filter admits it, as ingest would have routed it.
+        if admits is None:
+            admitted = wanted
+        else:
+            taken = set(wanted)
+            admitted = [row.key for row in rows if row.key in taken and admits(json.loads(row.body))]
+        made = _deliveries_for(sub, admitted, replay.id)
         yield restarted + made, len(restarted) + len(made)
+
+
+def _filter_json(sub: Subscription) -> str | None:
+    """The subscription's payload filter as the JSON text its compiled predicate is kept by (None: no filter)."""
+    return None if sub.filter is None else json.dumps(sub.filter, separators=(",", ":"))
 
 
 def _deliveries_for(sub: Subscription, event_keys: list[str], replay_id: str) -> list[tuple[str, str, str]]:

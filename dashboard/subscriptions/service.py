@@ -9,7 +9,7 @@ from sqlalchemy.orm import selectinload
 
 from dashboard import audit
 from dashboard.consumers import service as consumers
-from dashboard.core import crypto, paging
+from dashboard.core import crypto, filters, paging
 from dashboard.core.extensions import db
 from dashboard.core.ids import new_ids
 from dashboard.core.validation import ApiError
@@ -50,11 +50,12 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        connect_timeout=body.connect_timeout, attempt_timeout=body.attempt_timeout,
                        max_age_seconds=body.max_age_seconds, rate_limit_per_s=body.rate_limit_per_s,
                        max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
-                       state=SubscriptionState.ACTIVE)
+                       filter=filters.checked(body.filter), state=SubscriptionState.ACTIVE)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub,
-                 detail={"url": sub.url} | ({"consumer": consumer.uid} if consumer else {}))
+                 detail={"url": sub.url} | ({"consumer": consumer.uid} if consumer else {})
+                 | ({"filter": sub.filter} if sub.filter is not None else {}))
     db.session.commit()
     return sub, secret
 
@@ -77,6 +78,8 @@ def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
     for name in ("event_types", "event_versions"):
         if name in values:
             values[name] = (list if name == "event_types" else dict)(values[name])
+    if "filter" in values:  # null clears it
+        values["filter"] = filters.checked(values["filter"])
     changed = {name: (getattr(sub, name), value) for name, value in values.items() if getattr(sub, name) != value}
     if changed:
         for name, (_, value) in changed.items():

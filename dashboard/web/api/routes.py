@@ -7,7 +7,7 @@ from flask import current_app, g, jsonify, request
 from sqlalchemy import select
 
 from dashboard import audit, schemas
-from dashboard.core import paging
+from dashboard.core import filters, paging
 from dashboard.core.extensions import db
 from dashboard.core.validation import NO_NUL, ApiError, refuse_reserved
 from dashboard.ingest import accept as ingest_service
@@ -95,8 +95,8 @@ def get_subscription(subscription_id):
 
 
 @bp.patch("/subscriptions/<subscription_id>")
-@operation("Edit: url (checked as at creation), event types and versions, retry policy, timeouts, description, "
-           "rate limit, in-flight cap; only the fields given change, and the audit log keeps before and after. "
+@operation("Edit: url (checked as at creation), event types and versions, payload filter (null clears it), retry "
+           "policy, timeouts, description, rate limit, in-flight cap; only the fields given change, and the audit log keeps before and after. "
            "The signature scheme cannot change", body=schemas.SubscriptionEdit,
            responses={200: schemas.Subscription}, errors=(409, 422))
 def edit_subscription(subscription_id, body: schemas.SubscriptionEdit):
@@ -186,6 +186,14 @@ def list_deliveries(subscription_id, query: schemas.DeliveriesQuery):
     sub = subscription_service.team_subscription(g.team, subscription_id)
     page, next_before = subscription_service.deliveries_page(sub, query.state, query.before, query.limit)
     return jsonify(data=[shapes.delivery(d, d.event.id) for d in page], next_before=next_before)
+
+
+@bp.post("/filters/test")
+@operation("Try a payload filter on an event (the thin body, as receivers get it): whether it matches. A filter "
+           "that is wrong is a 422 naming where", body=schemas.FilterTestInput,
+           responses={200: schemas.FilterTested}, errors=(422,))
+def test_filter(body: schemas.FilterTestInput):
+    return jsonify(matches=filters.matches(body.filter, body.event))
 
 
 @bp.post("/event-types")

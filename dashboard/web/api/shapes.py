@@ -38,7 +38,7 @@ def subscription(sub: Subscription) -> dict:
             "attempt_timeout": sub.attempt_timeout, "max_age_seconds": sub.max_age_seconds,
             "rate_limit_per_s": sub.rate_limit_per_s, "max_in_flight": sub.max_in_flight,
             "signing_secrets": signing_secrets(sub, current_app.config["CLOCK"].now()),
-            "consumer": sub.consumer.uid if sub.consumer_id is not None else None,
+            "consumer": sub.consumer.uid if sub.consumer_id is not None else None, "filter": sub.filter,
             "created_at": iso(sub.created_at), "deleted_at": iso(sub.deleted_at)}
 
 
