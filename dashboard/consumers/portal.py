@@ -84,6 +84,12 @@ def open_link(token: str) -> tuple[str, PortalLink]:
     return session_token, link
 
 
+def opened_by(token: str, session_token: str) -> bool:
+    """Is this the link that opened this (still open) session?"""
+    return db.session.scalar(select(PortalLink.id).where(PortalLink.token_hash == digest(token),
+                                                         PortalLink.session_hash == digest(session_token))) is not None
+
+
 def _refusal(link: PortalLink | None, now: dt.datetime) -> str:
     if link is None:
         return "This is not a portal link. Check that the whole link was copied, or ask for a new one."

@@ -68,6 +68,18 @@ def test_the_first_use_signs_in_and_a_second_use_is_refused_with_a_page_that_say
     assert (entry.actor_kind, entry.actor) == ("portal", "cus_1")
 
 
+def test_the_browser_it_signed_in_may_open_its_link_again_and_stays_in(app, producer, consumer):
+    browser = app.test_client()
+    path = open_portal(browser, producer, "cus_1")
+    again = browser.get(path)  # a reloaded frame
+    assert again.status_code == 302 and again.headers["Location"].endswith("/portal/")
+    assert browser.get("/portal/").status_code == 200
+    other = app.test_client()
+    open_portal(other, producer, "cus_1")
+    assert other.get(path).status_code == 410  # another session's link: used already, and this session ends
+    assert other.get("/portal/").status_code == 401
+
+
 def test_an_unknown_link_is_refused(client):
     resp = client.get("/portal/in/not-a-token")
     assert resp.status_code == 410 and "not a portal link" in resp.get_data(as_text=True)

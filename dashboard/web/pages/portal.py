@@ -58,6 +58,8 @@ def _frame_policy(response):
 @portal_bp.get("/in/<token>")
 def open_link(token):
     """The link a producer handed its consumer: its first use signs this browser in, and only that one."""
+    if access.is_portal(current_user) and portal_service.opened_by(token[:200], current_user.session_token):
+        return redirect(url_for(".home"))  # this browser's own link, opened again (a reloaded frame): still in
     logout_user()
     session.clear()
     try:
