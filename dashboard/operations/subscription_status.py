@@ -83,6 +83,19 @@ def error_class(status_code: int | None, error: str | None) -> str:
     return error.split(":", 1)[0]
 
 
+def last_failure(subscription_id: str) -> Attempt | None:
+    """The latest failed attempt of a delivery still owed (retrying, held or dead), or None."""
+    # The owed rows of one subscription (ix_deliveries_owed), newest change first: its latest failure.
+    latest = db.session.scalar(
+        select(Delivery.id).where(Delivery.subscription_id == subscription_id, Delivery.state.in_(_FAILED_STATES),
+                                  Delivery.attempt_count > 0)
+        .order_by(Delivery.updated_at.desc(), Delivery.id.desc()).limit(1))
+    if latest is None:
+        return None
+    return db.session.scalar(
+        select(Attempt).where(Attempt.delivery_id == latest).order_by(Attempt.number.desc()).limit(1))
+
+
 def status(sub: Subscription, now: dt.datetime) -> Status:
     health = overview.overview_rows(db.session, [sub], now)[0]
     out = Status(sub=sub, failing_since=health.failing_since, last_success_at=health.last_success_at,
@@ -91,14 +104,7 @@ def status(sub: Subscription, now: dt.datetime) -> Status:
     out.next_retry_at = db.session.scalar(
         select(func.min(Delivery.next_attempt_at))
         .where(Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.SCHEDULED))
-    # The owed rows of one subscription (ix_deliveries_owed), newest change first: its latest failure.
-    latest = db.session.scalar(
-        select(Delivery.id).where(Delivery.subscription_id == sub.id, Delivery.state.in_(_FAILED_STATES),
-                                  Delivery.attempt_count > 0)
-        .order_by(Delivery.updated_at.desc(), Delivery.id.desc()).limit(1))
-    if latest is not None:
-        out.last_failure = db.session.scalar(
-            select(Attempt).where(Attempt.delivery_id == latest).order_by(Attempt.number.desc()).limit(1))
+    out.last_failure = last_failure(sub.id)
     out.incidents = db.session.scalars(
         select(Incident).where(Incident.subscription_id == sub.id, Incident.resolved_at.is_(None))
         .order_by(Incident.opened_at)).all()

@@ -99,6 +99,7 @@ def test_a_consumer_registers_receives_repairs_rotates_and_checks_through_its_po
     assert len(_dead(sub.id)) == 3
     page.goto(f"{live_url}/portal/")
     assert "3 dead letters" in page.locator("main").inner_text()
+    assert "last error: HTTP 500 (server error)" in page.locator("table.overview").inner_text()  # health, in words
     page.click(f"table.overview a[href='/portal/subscriptions/{sub.id}']")
     page.click("nav.filters >> text=dead")
     rows = page.locator("table.cards:has(th:text-is('Next attempt (UTC)')) tbody tr")  # the deliveries

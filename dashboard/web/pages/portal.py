@@ -20,6 +20,7 @@ from dashboard.consumers import portal as portal_service
 from dashboard.core.extensions import db
 from dashboard.models import Consumer, PortalLink, Subscription, Team
 from dashboard.operations import replays as replay_service
+from dashboard.operations import subscription_status
 from dashboard.stats import overview as figures
 from dashboard.subscriptions import checks as check_service
 from dashboard.web.pages import portal_bp
@@ -90,7 +91,10 @@ def home():
     dead = replay_service.DeadLetterFilter(team_id=consumer.team_id, consumer=consumer.uid)
     where = dead.where(Subscription.team_id == consumer.team_id)
     dead_letters, _ = replay_service.page(where, None, DEAD_LETTERS)
-    return render_template("portal/home.html", consumer=consumer, rows=rows, now=now,
+    # A consumer has a few endpoints (subscriptions_per_consumer): each one's last error is one indexed read.
+    last_failures = {r.sub.id: subscription_status.last_failure(r.sub.id) for r in rows}
+    return render_template("portal/home.html", consumer=consumer, rows=rows, now=now, last_failures=last_failures,
+                           error_class=subscription_status.error_class,
                            failed_checks=check_service.latest_failed([r.sub.id for r in rows]),
                            dead_letters=dead_letters, dead_count=replay_service.count(where))
 
