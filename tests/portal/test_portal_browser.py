@@ -106,6 +106,8 @@ def test_a_consumer_registers_receives_repairs_rotates_and_checks_through_its_po
     expect(rows).to_have_count(3)
     assert "500" in rows.first.inner_text()
     _fits_at_both_widths(page)
+    diagnosis = page.locator("#diagnosis").inner_text()  # the failures grouped by cause, with advice
+    assert "500" in diagnosis
     rows.first.locator("a").first.click()  # one delivery: its attempts, each with the status and the answer
     page.wait_for_url("**/portal/deliveries/*")
     assert "500" in page.locator("main").inner_text()
@@ -143,6 +145,11 @@ def test_a_consumer_registers_receives_repairs_rotates_and_checks_through_its_po
     # Nothing of the team's other consumer, nor of any user, anywhere the consumer looked.
     assert "Globex" not in page.content() and "@example.com" not in page.content()
     assert_no_csp_violations(page)
+
+    # The contract with its verification snippets, and the edit form, fit a phone too.
+    for path in ("contract", "edit"):
+        page.goto(f"{live_url}/portal/subscriptions/{sub.id}/{path}")
+        _fits_at_both_widths(page)
 
     # The link worked once.
     page.context.clear_cookies()
