@@ -1,0 +1,28 @@
+"""subscriptions: the receiver's own headers, encrypted (issue 39)
+
+Revision ID: e2b7d4f9a1c6
+Revises: a3e7c9f1b5d2
+Create Date: 2026-12-06 11:45:00.000000
+
+One nullable column: Fernet ciphertext of a JSON object {name: value}, as secrets are kept; the names
+are inside it too, so the column says nothing about the receiver's gateway.
+"""
+from alembic import op
+import sqlalchemy as sa
+
+
+# revision identifiers, used by Alembic.
+revision = 'e2b7d4f9a1c6'
+down_revision = 'a3e7c9f1b5d2'
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    with op.batch_alter_table('subscriptions') as batch_op:
+        batch_op.add_column(sa.Column('headers_ciphertext', sa.Text(), nullable=True))
+
+
+def downgrade():
+    with op.batch_alter_table('subscriptions') as batch_op:
+        batch_op.drop_column('headers_ciphertext')
