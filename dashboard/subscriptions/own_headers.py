@@ -24,7 +24,8 @@ MASK = "••••"  # what reads show for every value; not ASCII, so never a 
 # Headers HTTP owns, or that Promesa's signatures and own headers claim, beyond those a delivery carries now
 # (dashboard.delivery.http.promesa_header_names): refused, case-insensitively.
 HTTP_OWNED = ("host", "content-length", "content-type", "transfer-encoding", "connection", "user-agent",
-              "x-signature", "te", "trailer", "upgrade", "keep-alive", "proxy-connection", "expect")
+              "x-signature", "content-encoding", "te", "trailer", "upgrade", "keep-alive", "proxy-connection",
+              "expect")
 REFUSED_PREFIXES = ("webhook-", "x-promesa-")
 REFUSED_IN_WORDS = ("Host, Content-Length, Content-Type, Transfer-Encoding, Connection, User-Agent, X-Signature, "
                     "webhook-*, X-Promesa-* and the headers Promesa sets on every delivery (X-Event-Id, "

@@ -19,10 +19,10 @@ depends_on = None
 
 
 def upgrade():
-    with op.batch_alter_table('subscriptions') as batch_op:
-        batch_op.add_column(sa.Column('headers_ciphertext', sa.Text(), nullable=True))
+    # A nullable column without a default: a plain ADD COLUMN on SQLite too (a batch would copy the table
+    # under its foreign keys).
+    op.add_column('subscriptions', sa.Column('headers_ciphertext', sa.Text(), nullable=True))
 
 
 def downgrade():
-    with op.batch_alter_table('subscriptions') as batch_op:
-        batch_op.drop_column('headers_ciphertext')
+    op.drop_column('subscriptions', 'headers_ciphertext')  # in place on SQLite 3.35 and later

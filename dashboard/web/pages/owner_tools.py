@@ -128,8 +128,11 @@ def limits_from_form(form) -> dict:
 
 def headers_from_form(form, saved: list[str]) -> dict[str, str | None]:
     """The header rows as the API's `headers`: a name with a value sets it; a saved name with its value box left
-    empty keeps its value (on creation nothing is saved); a saved name no row names any more is removed (null)."""
+    empty keeps its value (on creation nothing is saved); a saved name no row names any more is removed (null).
+    A form without the rows at all changes nothing."""
     headers: dict[str, str | None] = {}
+    if "header_name" not in form:
+        return headers
     for name, value in zip(form.getlist("header_name"), form.getlist("header_value")):
         name = name.strip()
         if not name:
