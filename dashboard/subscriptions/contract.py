@@ -161,7 +161,9 @@ def build(sub: Subscription) -> dict:
                   f"or tampered, to see that you reject what you must. Each carries {check_rules.CHECK_HEADER}: "
                   "<check id>, so your logs can tell a check from an attack. A receiver must not skip "
                   "verification because of that header: anyone can send it. Verify, and answer, exactly as "
-                  "for any other delivery.",
+                  "for any other delivery." + (" With headers of your own, a sixth request is the correctly "
+                                               "signed event without them, which you must refuse."
+                                               if sub.headers_ciphertext else ""),
         "own_headers": own_headers_text(sub),
         "event_types": sub.event_types,
         "event_versions": sub.event_versions or {},

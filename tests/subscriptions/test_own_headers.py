@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 
 import pytest
@@ -262,3 +263,34 @@ def test_no_value_appears_in_any_page_api_answer_log_line_audit_entry_or_metrics
             for where, texts in (("API", answers), ("pages", html.values()), ("audit", audit), ("metrics", [metrics]),
                                  ("logs", [logged])):
                 assert not any(value in t for t in texts), where
+
+
+@sqlite_only
+def test_a_consumer_sets_its_endpoints_headers_in_the_portal_and_deliveries_carry_them(app, producer, clock):
+    from tests.support.portal import open_portal
+
+    producer.put_consumer("cus_1", name="Initech")
+    portal = app.test_client()
+    open_portal(portal, producer, "cus_1")
+
+    def csrf():
+        return re.search(r'name="csrf_token" value="([^"]+)"', portal.get("/portal/").get_data(as_text=True)).group(1)
+
+    key = a_key()
+    with GatedReceiver("Authorization", f"Bearer {key}") as gated:
+        form = {k: v for k, v in FORM.items() if k != "max_in_flight"}
+        assert 'name="header_name"' in portal.get("/portal/endpoints/new").get_data(as_text=True)
+        resp = portal.post("/portal/endpoints/new", data={
+            **form, "csrf_token": csrf(), "url": gated.url + "/ok", "signature_scheme": "promesa",
+            "header_name": ["Authorization", ""], "header_value": [f"Bearer {key}", ""]})
+        assert resp.status_code == 303, resp.get_data(as_text=True)
+        sub = db.session.scalar(select(Subscription))
+        page = portal.get(f"/portal/subscriptions/{sub.id}").get_data(as_text=True)
+        assert "Authorization: ••••" in page and key not in page
+        edit = portal.get(f"/portal/subscriptions/{sub.id}/edit").get_data(as_text=True)
+        assert 'value="Authorization"' in edit and key not in edit
+        assert producer.post("/api/v1/events", {"type": "file.updated", "consumer": "cus_1"}).status_code == 202
+        deliver_due(app, clock)
+        [got] = gated.requests
+        assert got.headers["Authorization"] == f"Bearer {key}" and got.headers["X-Promesa-Consumer"] == "cus_1"
+        assert db.session.scalar(select(Delivery.state)) == "succeeded"
