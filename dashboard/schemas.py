@@ -243,7 +243,7 @@ class ConsumerInput(Body):
 class PortalLinkInput(Body):
     """POST /consumers/{uid}/portal-links: how long the link (and the session it opens) lasts."""
     expires_in: Annotated[int, Field(ge=60, le=604800, description="seconds, from 60 to 604,800 (7 days)"),
-                          Must("a whole number of seconds from 60 to 604800 (7 days)")] = 3600
+                          WholeNumber, Must("a whole number of seconds from 60 to 604800 (7 days)")] = 3600
 
 
 class PortalLink(BaseModel):
