@@ -179,7 +179,7 @@ def test_the_forms_set_keep_replace_and_remove_headers(client, auth, producer, r
     assert page.count('name="header_name"') == 2 and 'type="password"' in page
     resp = client.post("/subscriptions/new", data={
         **FORM, "csrf_token": auth.csrf(), "team": "acme", "url": receiver.url + "/ok", "signature_scheme": "promesa",
-        "header_name": ["X-Api-Key", "X-Tenant"], "header_value": [key, tenant]})
+        "header_name": ["X-Api-Key", "X-Tenant"], "header_value": [key + "\r\n", tenant]})  # a pasted line's end
     assert resp.status_code == 303, resp.get_data(as_text=True)
     sub = db.session.scalar(select(Subscription))
     assert stored_headers(sub.id) == {"X-Api-Key": key, "X-Tenant": tenant}

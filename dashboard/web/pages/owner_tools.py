@@ -134,14 +134,14 @@ def headers_from_form(form, saved: list[str]) -> dict[str, str | None]:
     if "header_name" not in form:
         return headers
     for name, value in zip(form.getlist("header_name"), form.getlist("header_value")):
-        name = name.strip()
+        name, value = name.strip(), value.strip()  # HTTP trims a value's ends anyway: a pasted newline is no error
         if not name:
             if value:
                 raise ApiError(400, "a header value needs its name: fill in both, or clear both")
             continue
         if value:
             headers[name] = value
-        elif name not in saved:
+        elif name.lower() not in {kept.lower() for kept in saved}:  # names ignore case
             raise ApiError(400, f"give the header {name} a value")
     named = {name.strip().lower() for name in form.getlist("header_name")}
     return headers | {name: None for name in saved if name.lower() not in named}
