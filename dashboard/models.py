@@ -283,6 +283,9 @@ class Subscription(db.Model):
     # After a rotation, the secret before it keeps signing too (encrypted) until its grace ends.
     previous_secret_ciphertext: Mapped[str | None] = mapped_column(Text)
     previous_secret_expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    # The receiver's own headers (an API key its gateway demands), as Fernet ciphertext of a JSON object
+    # {name: value}: values are credentials (dashboard.subscriptions.own_headers). None: no headers of its own.
+    headers_ciphertext: Mapped[str | None] = mapped_column(Text)
     # Deliveries per second across all workers (None: no limit), enforced in Redis (delivery.ratelimit).
     rate_limit_per_s: Mapped[float | None] = mapped_column(Float)
     # Requests in flight to this endpoint per worker (None: PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION).

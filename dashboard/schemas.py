@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
-from promesa_receiver.check import RULES as CHECK_RULES
+from promesa_receiver.check import ALL_RULES as CHECK_RULES
 from pydantic.fields import FieldInfo
 
 from dashboard.core import filters
@@ -96,6 +96,22 @@ class EventBatch(Body):
                       Must(f"a list of 1 to {MAX_BATCH} events")]
 
 
+# A receiver's own headers (dashboard.subscriptions.own_headers checks the rest: refused names, 4 KB in all).
+HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$"  # an RFC 9110 token
+HEADER_VALUE_PATTERN = r"^[\x21-\x7e](?:[\x20-\x7e]{0,4094}[\x21-\x7e])?$"  # printable ASCII, no CR, LF or NUL
+MAX_OWN_HEADERS = 10
+HeaderName = Annotated[str, Field(pattern=HEADER_NAME_PATTERN)]
+HeaderValue = Annotated[str, Field(pattern=HEADER_VALUE_PATTERN, max_length=4096)]
+_HEADERS_WORDS = (f"an object of at most {MAX_OWN_HEADERS} headers, like {{\"X-Api-Key\": \"…\"}}: names are RFC 9110 "
+                  "tokens (letters, digits and !#$%&'*+-.^_`|~), values printable ASCII without CR, LF or NUL, "
+                  "not starting or ending with a space (a masked value, as reads show it, is not a value)")
+_HEADERS_ABOUT = ("the receiver's own headers, sent with every attempt, test event and receiver check (an API key "
+                  "its gateway demands); values are credentials: encrypted at rest, and reads show them masked. "
+                  "Not Host, Content-Length, Content-Type, Transfer-Encoding, Connection, User-Agent, X-Signature, "
+                  "webhook-*, X-Promesa-* nor a header Promesa sets (X-Event-Id ...): 422. At most 4096 bytes "
+                  "of names and values together: 422")
+
+
 class SubscriptionInput(Body):
     url: Annotated[str, Field(min_length=1, max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\ufeff]+$",
                               examples=["https://example.com/hooks"]),
@@ -135,6 +151,10 @@ class SubscriptionInput(Body):
                                              "the signed requests of such an early check are likely refused: "
                                              "run it again once the receiver holds the secret"),
                      Must("true or false")] = False
+    headers: Annotated[dict[HeaderName, HeaderValue], Field(max_length=MAX_OWN_HEADERS,
+                                                            json_schema_extra=keys_matching,
+                                                            description=_HEADERS_ABOUT),
+                       Must(_HEADERS_WORDS)] = {}
     consumer: Annotated[str | None, Field(pattern=CONSUMER_UID_PATTERN,
                                           description="the uid of the consumer whose endpoint this is: it receives "
                                                       "only events addressed to that consumer. Absent: the team's own "
@@ -158,7 +178,25 @@ def _edit_fields() -> dict:
         if info.is_required():
             info = FieldInfo.merge_field_infos(info, default=None)  # given or not; never null when given
         fields[name] = (info.annotation, info)
+    fields["headers"] = _headers_patch()
     return fields
+
+
+class _HeadersPatch(Body):
+    """An edit's headers merge into the stored ones (JSON Merge Patch): a value sets or replaces one, null
+    removes one, a name left out keeps its value; null for the whole object removes them all."""
+    headers: Annotated[
+        Annotated[dict[HeaderName, HeaderValue | None],
+                  Field(max_length=2 * MAX_OWN_HEADERS, json_schema_extra=keys_matching)] | None,
+        Field(description="merged into the stored headers: a value sets or replaces one, null removes one, a name "
+                          "left out keeps its value (never shown again); null for the whole object removes them "
+                          "all. Values " + _HEADERS_ABOUT.split("; values ", 1)[1]),
+        Must(_HEADERS_WORDS + "; null removes one, or, for the whole object, all")] = None
+
+
+def _headers_patch() -> tuple:
+    info = _HeadersPatch.model_fields["headers"]
+    return info.annotation, info
 
 
 # PATCH /subscriptions/<id>: only the fields given change (model_fields_set); the audit log keeps before/after.
@@ -228,7 +266,7 @@ class ConsumerInput(Body):
 class PortalLinkInput(Body):
     """POST /consumers/{uid}/portal-links: how long the link (and the session it opens) lasts."""
     expires_in: Annotated[int, Field(ge=60, le=604800, description="seconds, from 60 to 604,800 (7 days)"),
-                          Must("a whole number of seconds from 60 to 604800 (7 days)")] = 3600
+                          WholeNumber, Must("a whole number of seconds from 60 to 604800 (7 days)")] = 3600
 
 
 class PortalLink(BaseModel):
@@ -390,6 +428,8 @@ class Subscription(BaseModel):
     max_in_flight: int | None
     signing_secrets: list[SigningSecret] = Field(description="which secrets sign deliveries, and until when "
                                                              "(never their values)")
+    headers: dict[str, str] = Field(default={}, description="the receiver's own headers: names only, every value "
+                                                          "shown as \"••••\" (never their values)")
     consumer: str | None = Field(description="the uid of the consumer whose endpoint this is; null: the team's own")
     filter: dict[str, Any] | None = Field(description="its payload filter; null: every event of its types")
     created_at: str

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
+import json
 import logging
 import random
 import threading
@@ -177,7 +178,8 @@ _SENDING_COLUMNS = (EVENTS.c.id.label("event_id"), EVENTS.c.type, EVENTS.c.creat
                     SUBSCRIPTIONS.c.max_age_seconds, SUBSCRIPTIONS.c.connect_timeout, SUBSCRIPTIONS.c.attempt_timeout,
                     SUBSCRIPTIONS.c.previous_secret_ciphertext, SUBSCRIPTIONS.c.previous_secret_expires_at,
                     SUBSCRIPTIONS.c.rate_limit_per_s, SUBSCRIPTIONS.c.max_in_flight,
-                    cast(SUBSCRIPTIONS.c.team_id, String).label("team_id"), CONSUMERS.c.uid.label("consumer_uid"))
+                    cast(SUBSCRIPTIONS.c.team_id, String).label("team_id"), CONSUMERS.c.uid.label("consumer_uid"),
+                    SUBSCRIPTIONS.c.headers_ciphertext)
 _CLAIM = _claim(array=False).returning(DELIVERIES.c.id)
 _LOAD = (
     select(DELIVERIES.c.id, DELIVERIES.c.attempt_count, DELIVERIES.c.retry_base, DELIVERIES.c.schedule_started_at,
@@ -255,6 +257,7 @@ class Claimed:
     max_in_flight: int | None  # per worker; None: PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION
     team_id: str  # the tenant whose share of the in-flight slots it takes (see _Run.may_start)
     consumer_uid: str | None  # the consumer it is for, sent as X-Promesa-Consumer (None: the team's own endpoint)
+    headers_ciphertext: str | None  # the receiver's own headers, encrypted (None: none)
     turn: float | None = None  # unix time its rate limit lets it go, when it has one (delivery.ratelimit)
 
 
@@ -508,6 +511,12 @@ class DeliveryEngine:
             with self.app.app_context():
                 secret = self._secrets[ciphertext] = crypto.decrypt(ciphertext)
         return secret
+
+    def own_headers(self, ciphertext: str | None) -> dict[str, str]:
+        """The receiver's own headers, decrypted once per ciphertext (an edit makes a new one)."""
+        if not ciphertext:
+            return {}
+        return json.loads(self._secret(ciphertext))
 
     def signing_secrets(self, item: Claimed, attempted_at: dt.datetime) -> list[str]:
         """The newest secret, then the previous one while its grace lasts (by the injected clock)."""
@@ -803,7 +812,7 @@ class DeliveryEngine:
                 event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
                 attempt_number=item.attempt_number, scheme=item.scheme,
                 secrets=self.signing_secrets(item, attempted_at), timestamp=timestamp, body=item.body,
-                consumer=item.consumer_uid)
+                consumer=item.consumer_uid, own=self.own_headers(item.headers_ciphertext))
         except Exception as exc:  # noqa: BLE001 - e.g. a secret that no longer decrypts: this attempt's error
             log.exception("preparing delivery %s failed", item.delivery_id)
             return asyncio.get_running_loop().create_task(http.failed(exc))

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import email.utils
 import functools
+import json
 import logging
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
 from promesa_receiver import signing
 
+from dashboard.core import crypto
 from dashboard.delivery.policies import Outcome
 from dashboard.delivery.targets import PublicOnlyResolver, _is_ip, is_public, public_socket
 
@@ -50,8 +53,11 @@ def retry_after_seconds(value: str | None, now_unix: float) -> float | None:
 
 def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attempt_number: int,
                      scheme: str, secrets: list[str], timestamp: int, body: bytes,
-                     consumer: str | None = None) -> dict[str, str]:
-    headers = {
+                     consumer: str | None = None, own: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`own`: the receiver's own headers (an API key its gateway demands), sent first; none of them is one
+    Promesa sets (`promesa_header_names`), which the subscription's input refuses."""
+    headers = dict(own or {})
+    headers |= {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "X-Event-Id": event_id,
@@ -66,6 +72,24 @@ def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attemp
         headers[signing.CONSUMER_HEADER] = consumer
     headers.update(signing.sign_headers(scheme, secrets, event_id, timestamp, body))
     return headers
+
+
+@functools.cache
+def promesa_header_names() -> frozenset[str]:
+    """Every header a delivery carries that Promesa sets, in lower case, read off `delivery_headers` itself
+    (both schemes, for a consumer): a receiver's own header may not be one of them."""
+    names = set()
+    for scheme in ("promesa", "standard-webhooks"):
+        names |= delivery_headers(event_id="evt_0", event_type="t", delivery_id="dlv_0", attempt_number=1,
+                                  scheme=scheme, secrets=[signing.new_secret()], timestamp=0, body=b"{}",
+                                  consumer="c").keys()
+    return frozenset(name.lower() for name in names)
+
+
+def own_headers(ciphertext: str | None) -> dict[str, str]:
+    """The receiver's own headers of a subscription (`Subscription.headers_ciphertext`), decrypted; inside
+    an app context. Values are credentials: never logged, never shown."""
+    return json.loads(crypto.decrypt(ciphertext)) if ciphertext else {}
 
 
 async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str], *,

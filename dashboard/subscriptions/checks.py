@@ -10,7 +10,8 @@ they are spent, once its subscription is deleted or disabled (`stop_running` end
 once its worker is asked to stop; what was answered until then is judged and kept, with the reason.
 It sends through `Sender`: the delivery client's rules (no redirect followed,
 private targets refused unless PROMESA_ALLOW_PRIVATE_TARGETS, the subscription's timeouts and rate
-limit), signed with every secret that signs the subscription's deliveries now, and each request
+limit), signed with every secret that signs the subscription's deliveries now, with the receiver's own
+headers where it has some (and one request without them, for rule credentials_required), and each request
 carries X-Promesa-Check. Nothing is written as a Delivery or an Attempt: check requests never
 show in a delivery count, a chart, an incident or the dead letters.
 """
@@ -178,6 +179,8 @@ def run(check_id: str, contract_url: str | None = None) -> dict:
         allow_private = app.config["PROMESA_ALLOW_PRIVATE_TARGETS"]
         seconds = app.config.get("PROMESA_CHECK_DEADLINE_SECONDS", DEADLINE_SECONDS)
         secrets = signing_secrets(sub, clock.now())
+        headers = http.own_headers(sub.headers_ciphertext)  # sent as deliveries send them; one step goes without
+        steps = rules.steps(bool(headers))
         url, scheme, timeout = sub.url, sub.signature_scheme, sub.attempt_timeout
         sender = Sender(sub, app, check_id, time.monotonic() + seconds, seconds)
         db.session.commit()  # no transaction held open while the receiver answers
@@ -186,11 +189,11 @@ def run(check_id: str, contract_url: str | None = None) -> dict:
             try:
                 _, results = rules.run_check(url, secrets, scheme, send=send, check_id=check_id,
                                              clock=lambda: unix(clock.now()), timeout=timeout,
-                                             allow_private=allow_private, contract_url=contract_url)
+                                             allow_private=allow_private, contract_url=contract_url, headers=headers)
             except Stopped as stop:  # judge what was answered; the steps not sent are not judged
-                results = rules.judge(url, scheme, dict(zip(rules.STEPS, sender.answers)),
-                                      allow_private=allow_private, contract_url=contract_url)
-                error = f"stopped after {len(sender.answers)} of {len(rules.STEPS)} requests: {stop}"
+                results = rules.judge(url, scheme, dict(zip(steps, sender.answers)), allow_private=allow_private,
+                                      contract_url=contract_url, credentials=bool(headers))
+                error = f"stopped after {len(sender.answers)} of {len(steps)} requests: {stop}"
         _finish(check_id, results, error=error)
         return {"check": check_id, "ran": True, "failed": rules.failed(results), "error": error}
     except Exception as exc:

@@ -16,7 +16,7 @@ from dashboard.delivery.policies import (
 from dashboard.ingest import catalog
 from dashboard.ingest.accept import wants
 from dashboard.models import Subscription
-from dashboard.subscriptions import rotation, snippets
+from dashboard.subscriptions import own_headers, rotation, snippets
 
 TOLERANCE_SECONDS = 300
 
@@ -112,6 +112,18 @@ def consumer_text(sub: Subscription) -> str:
                      f"{CONSUMER_HEADER}: {sub.consumer.uid}."
 
 
+def own_headers_text(sub: Subscription) -> dict:
+    """Which of the receiver's own headers every request carries: names only, never a value."""
+    names = own_headers.names(sub)
+    if not names:
+        return {"names": [], "text": "None: this endpoint has no headers of its own."}
+    return {"names": names, "text": f"Every delivery, test event and receiver check carries {', '.join(names)}, with "
+                                    "the value its owners gave (never shown again). Refuse a request without them: "
+                                    "the receiver check sends one correctly signed request without them "
+                                    "(credentials_required) and expects 400, 401 or 403. They prove nothing about the "
+                                    "body: verify the signature as well."}
+
+
 def build(sub: Subscription) -> dict:
     declared = [t for t in catalog.team_event_types(sub.team) if wants(sub, t.name, t.version)]
     cap = current_app.config["PROMESA_MAX_DATA_BYTES"]
@@ -149,7 +161,10 @@ def build(sub: Subscription) -> dict:
                   f"or tampered, to see that you reject what you must. Each carries {check_rules.CHECK_HEADER}: "
                   "<check id>, so your logs can tell a check from an attack. A receiver must not skip "
                   "verification because of that header: anyone can send it. Verify, and answer, exactly as "
-                  "for any other delivery.",
+                  "for any other delivery." + (" With headers of your own, a sixth request is the correctly "
+                                               "signed event without them, which you must refuse."
+                                               if sub.headers_ciphertext else ""),
+        "own_headers": own_headers_text(sub),
         "event_types": sub.event_types,
         "event_versions": sub.event_versions or {},
         "declared": declared,

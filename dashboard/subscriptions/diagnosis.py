@@ -18,6 +18,7 @@ from sqlalchemy import select
 from dashboard.core.clock import iso
 from dashboard.core.extensions import db
 from dashboard.models import Attempt, ConsumerState, Delivery, Subscription
+from dashboard.subscriptions import own_headers
 
 WINDOW = dt.timedelta(hours=24)
 MAX_ATTEMPTS = 2000  # the newest this many attempts of the window: enough to see a pattern, cheap to read
@@ -126,12 +127,17 @@ class Diagnosis:
     limit_seconds: float  # the subscription's whole-attempt timeout (10 s unless lowered)
     consumer: str | None = None  # the uid of the consumer whose endpoint it is (None: the team's own)
     consumer_disabled: bool = False  # its deliveries are held by the consumer, whatever the endpoint does
+    own_headers: tuple[str, ...] = ()  # the names of the receiver's own headers: a 401 may be about them
 
     def advice(self, group: Group) -> str:
         text = ADVICE[group.cause].format(limit=self.limit_seconds)
         if group.cause == "timeout" and self.p95_ms is not None:
             text = (f"95 % of attempts took up to {readable_ms(self.p95_ms)}, against the "
                     f"{self.limit_seconds:g} s limit. " + text)
+        if group.cause == "unauthorized" and self.own_headers:
+            text += (f" Or its gateway refuses the headers this subscription sends ({', '.join(self.own_headers)}): "
+                     "edit the subscription and give the values the receiver expects now (they are never shown, "
+                     "so type them again).")
         return text
 
 
@@ -173,7 +179,8 @@ def diagnose(sub: Subscription, now: dt.datetime) -> Diagnosis:
     return Diagnosis(since=since, attempts=len(rows), failures=sum(g.count for g in ordered),
                      p95_ms=p95(timed), groups=ordered, limit_seconds=sub.attempt_timeout,
                      consumer=sub.consumer.uid if sub.consumer_id is not None else None,
-                     consumer_disabled=sub.consumer_id is not None and sub.consumer.state == ConsumerState.DISABLED)
+                     consumer_disabled=sub.consumer_id is not None and sub.consumer.state == ConsumerState.DISABLED,
+                     own_headers=tuple(own_headers.names(sub)) if "unauthorized" in groups else ())
 
 
 def as_json(sub: Subscription, d: Diagnosis) -> dict:

@@ -32,7 +32,7 @@ from dashboard.queue.handoff import enqueue
 from dashboard.queue.work import work_item
 from dashboard.schemas import EventInput, SubscriptionEdit, SubscriptionInput
 from dashboard.stats import outcomes
-from dashboard.subscriptions import checks
+from dashboard.subscriptions import checks, own_headers
 
 
 def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
@@ -43,6 +43,7 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
         raise ApiError(422, problem)
     consumer = consumers.addressed(team.id, body.consumer)
     quotas.check_subscription_room(team, consumer)
+    headers = own_headers.checked(dict(body.headers))
     secret = signing.new_secret()
     sub = Subscription(team_id=team.id, consumer_id=consumer.id if consumer else None, url=body.url, event_types=list(body.event_types),
                        event_versions=dict(body.event_versions), retry_policy=body.retry_policy,
@@ -50,12 +51,14 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        connect_timeout=body.connect_timeout, attempt_timeout=body.attempt_timeout,
                        max_age_seconds=body.max_age_seconds, rate_limit_per_s=body.rate_limit_per_s,
                        max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
-                       filter=filters.checked(body.filter), state=SubscriptionState.ACTIVE)
+                       filter=filters.checked(body.filter), headers_ciphertext=own_headers.ciphertext(headers),
+                       state=SubscriptionState.ACTIVE)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub,
                  detail={"url": sub.url} | ({"consumer": consumer.uid} if consumer else {})
-                 | ({"filter": sub.filter} if sub.filter is not None else {}))
+                 | ({"filter": sub.filter} if sub.filter is not None else {})
+                 | ({"headers": own_headers.masked(headers)} if headers else {}))
     db.session.commit()
     return sub, secret
 
@@ -80,10 +83,16 @@ def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
             values[name] = (list if name == "event_types" else dict)(values[name])
     if "filter" in values:  # null clears it
         values["filter"] = filters.checked(values["filter"])
+    # Own headers merge into the stored ones, and stay encrypted: the audit log sees names only.
+    before = own_headers.stored(sub) if "headers" in values else None
+    after = own_headers.merged(sub, values.pop("headers")) if "headers" in values else None
     changed = {name: (getattr(sub, name), value) for name, value in values.items() if getattr(sub, name) != value}
+    for name, (_, value) in changed.items():
+        setattr(sub, name, value)
+    if after is not None and after != before:
+        sub.headers_ciphertext = own_headers.ciphertext(after)
+        changed["headers"] = own_headers.audit_view(before, after)
     if changed:
-        for name, (_, value) in changed.items():
-            setattr(sub, name, value)
         sub.updated_at = current_app.config["CLOCK"].now()
         audit.record("subscription.edited", subscription=sub, detail={
             "before": {k: before for k, (before, _) in changed.items()},

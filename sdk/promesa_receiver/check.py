@@ -15,6 +15,11 @@ Three layers, each usable alone:
 - ``run_check(url, secrets, scheme, *, send=None, ...)``: builds each request just before sending
   it, sends it with ``send`` (default: ``urllib_send``, which never follows a redirect), judges.
   The service passes its own ``send`` (private targets refused, rate limits honoured).
+
+An endpoint with headers of its own (``headers={"X-Api-Key": ...}``: what its gateway demands) gets them
+on every request, and one more: the correctly signed event without them (``CREDENTIALS_STEP``), which
+rule ``credentials_required`` expects refused. Without such headers that step is not sent and that rule
+is left out of the results (``RULES`` are the rules of every check; ``ALL_RULES`` adds it).
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ __all__ = [
     "EVENT_TYPE",
     "FAST_SECONDS",
     "NOT_JUDGED_DEPENDENT",
+    "ALL_RULES",
+    "CREDENTIALS_RULE",
+    "CREDENTIALS_STEP",
     "RULES",
     "STALE_SECONDS",
     "STEPS",
@@ -55,13 +63,19 @@ __all__ = [
     "plan",
     "report",
     "run_check",
+    "steps",
     "urllib_send",
 ]
 
 RULES = ("signed_accepted", "fast_answer", "duplicate_accepted", "forged_rejected", "stale_rejected",
          "tampered_rejected", "no_redirect", "https")
+# Judged only for an endpoint with headers of its own, after tampered_rejected.
+CREDENTIALS_RULE = "credentials_required"
+ALL_RULES = RULES[:6] + (CREDENTIALS_RULE,) + RULES[6:]
 # The requests, in the order they are sent: the duplicate repeats the signed event's id and body.
 STEPS = ("signed", "duplicate", "forged", "stale", "tampered")
+# Then, only for an endpoint with headers of its own: the signed event again, without them.
+CREDENTIALS_STEP = "uncredentialed"
 EVENT_TYPE = "promesa.check"
 CHECK_HEADER = "X-Promesa-Check"
 USER_AGENT = "Promesa-Webhooks/1"
@@ -132,12 +146,13 @@ def _tamper(body: bytes) -> bytes:
 
 
 def build(step: str, check_id: str, secrets: Sequence[str] | str, scheme: str = "promesa", *,
-          now: float, occurred_at: float | None = None) -> CheckRequest:
+          now: float, occurred_at: float | None = None, headers: Mapping[str, str] | None = None) -> CheckRequest:
     """One request of the check, signed at ``now`` (unix seconds) with every current secret
     (several while a secret rotates, as deliveries are). ``occurred_at``: the body's ``timestamp``
-    (default ``now``); give every step the same one, or the duplicate's body is not the same."""
-    if step not in STEPS:
-        raise ValueError(f"unknown step {step!r}: one of {', '.join(STEPS)}")
+    (default ``now``); give every step the same one, or the duplicate's body is not the same.
+    ``headers``: the endpoint's own, sent with every step but ``uncredentialed``."""
+    if step not in steps(True):
+        raise ValueError(f"unknown step {step!r}: one of {', '.join(steps(True))}")
     scheme = normalise_scheme(scheme)
     secrets = [secrets] if isinstance(secrets, str) else list(secrets)
     if not secrets or not all(isinstance(s, str) and s for s in secrets):
@@ -153,7 +168,8 @@ def build(step: str, check_id: str, secrets: Sequence[str] | str, scheme: str = 
     occurred = int(now if occurred_at is None else occurred_at)
     body = _body(event_id, check_id, min(occurred, signed_at))  # a replayed capture is as old as its signature
     signing_secrets = [new_secret()] if step == "forged" else secrets
-    headers = {
+    own = dict(headers or {}) if step != CREDENTIALS_STEP else {}
+    headers = own | {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "X-Event-Id": event_id,
@@ -167,9 +183,17 @@ def build(step: str, check_id: str, secrets: Sequence[str] | str, scheme: str = 
     return CheckRequest(step, event_id, body, headers)
 
 
-def plan(check_id: str, secrets: Sequence[str] | str, scheme: str = "promesa", *, now: float) -> list[CheckRequest]:
-    """Every request of the check, in ``STEPS`` order, all signed at ``now``."""
-    return [build(step, check_id, secrets, scheme, now=now, occurred_at=now) for step in STEPS]
+def plan(check_id: str, secrets: Sequence[str] | str, scheme: str = "promesa", *, now: float,
+         headers: Mapping[str, str] | None = None) -> list[CheckRequest]:
+    """Every request of the check, in ``STEPS`` order, all signed at ``now`` (``uncredentialed`` only with
+    ``headers``)."""
+    return [build(step, check_id, secrets, scheme, now=now, occurred_at=now, headers=headers)
+            for step in steps(bool(headers))]
+
+
+def steps(credentials: bool) -> tuple[str, ...]:
+    """The steps a check sends: ``uncredentialed`` only for an endpoint with headers of its own."""
+    return STEPS + (CREDENTIALS_STEP,) if credentials else STEPS
 
 
 # -- judging -------------------------------------------------------------------------------------
@@ -325,6 +349,29 @@ def _rejected(rule: str, answer: Answer | None, signed_ok: bool, w: _Words) -> d
                    "(a wrong path, a missing resource, a limit), and misleads whoever reads the attempt log.")
 
 
+def _credentials(answer: Answer | None, signed_ok: bool) -> dict:
+    rule = CREDENTIALS_RULE
+    if not signed_ok:  # a refusal tells nothing when the credentialed event was refused too
+        return _result(rule, None, NOT_JUDGED_DEPENDENT)
+    detail = f"a correctly signed event without the endpoint's own headers: {_seen(answer)}"
+    if answer is None or answer.status is None:
+        return _result(rule, None, f"could not be judged: {detail}")
+    status = answer.status
+    if status in REJECTING:
+        return _result(rule, True, detail)
+    if 200 <= status < 300:
+        return _result(rule, False, detail,
+                       "your endpoint accepted a request without the headers set on this subscription: anyone who "
+                       "knows the URL gets that far. Make your gateway or handler require them (compare the value "
+                       "in constant time) and answer 401 or 403 without them; or remove them from the subscription "
+                       "if you do not mean to check them.")
+    if 300 <= status < 400:
+        return _result(rule, False, detail, "your endpoint redirected instead of refusing: see no_redirect.")
+    return _result(rule, False, detail,
+                   f"answer 401 or 403 to a request without the subscription's headers; {status} says something "
+                   "else (a failure, a wrong path, a limit), and hides the refusal.")
+
+
 def _no_redirect(url: str, answers: Mapping[str, Answer]) -> dict:
     rule = "no_redirect"
     redirected = [(step, a) for step, a in answers.items() if a.status is not None and 300 <= a.status < 400]
@@ -365,12 +412,14 @@ def _https(url: str, allow_private: bool) -> dict:
 
 
 def judge(url: str, scheme: str, answers: Mapping[str, Answer], *, allow_private: bool = False,
-          contract_url: str | None = None) -> list[dict]:
+          contract_url: str | None = None, credentials: bool = False) -> list[dict]:
     """The results, one per rule in ``RULES`` order, from the answers by step (a step missing
     from ``answers`` was not sent). ``allow_private``: a loopback URL leaves ``https`` not judged.
-    ``contract_url``: the subscription's contract page, linked from the verification advice."""
+    ``contract_url``: the subscription's contract page, linked from the verification advice.
+    ``credentials``: the endpoint has headers of its own, so ``credentials_required`` is judged too
+    (in ``ALL_RULES`` order)."""
     w = _words(normalise_scheme(scheme), contract_url)
-    unknown = set(answers) - set(STEPS)
+    unknown = set(answers) - set(steps(True))
     if unknown:
         raise ValueError(f"unknown step(s): {', '.join(sorted(unknown))}")
     signed = _signed(answers.get("signed"), w)
@@ -379,6 +428,8 @@ def judge(url: str, scheme: str, answers: Mapping[str, Answer], *, allow_private
     results += [_rejected(rule, answers.get(step), signed_ok, w)
                 for rule, step in (("forged_rejected", "forged"), ("stale_rejected", "stale"),
                                    ("tampered_rejected", "tampered"))]
+    if credentials:
+        results.append(_credentials(answers.get(CREDENTIALS_STEP), signed_ok))
     results += [_no_redirect(url, answers), _https(url, allow_private)]
     redirected = next((step for step, a in answers.items() if a.status is not None and 300 <= a.status < 400), None)
     for result in results:
@@ -389,7 +440,8 @@ def judge(url: str, scheme: str, answers: Mapping[str, Answer], *, allow_private
 
 # The request whose answer each rule is judged on (no_redirect: the first redirected one; https: none).
 _JUDGED_ON = {"signed_accepted": "signed", "fast_answer": "signed", "duplicate_accepted": "duplicate",
-              "forged_rejected": "forged", "stale_rejected": "stale", "tampered_rejected": "tampered"}
+              "forged_rejected": "forged", "stale_rejected": "stale", "tampered_rejected": "tampered",
+              CREDENTIALS_RULE: CREDENTIALS_STEP}
 
 
 def _with_answer(result: dict, answer: Answer | None) -> None:
@@ -442,9 +494,10 @@ def urllib_send(url: str, body: bytes, headers: dict, timeout: float = TIMEOUT_S
 def run_check(url: str, secrets: Sequence[str] | str, scheme: str = "promesa", *, send: Send | None = None,
               check_id: str | None = None, clock: Callable[[], float] = time.time,
               timeout: float = TIMEOUT_SECONDS, allow_private: bool = False,
-              contract_url: str | None = None) -> tuple[str, list[dict]]:
+              contract_url: str | None = None, headers: Mapping[str, str] | None = None) -> tuple[str, list[dict]]:
     """Send the check's requests in ``STEPS`` order, each signed just before it goes (a rate-limited
     ``send`` may wait between them), and judge the answers. Returns ``(check_id, results)``.
+    ``headers``: the endpoint's own (see the module's docstring).
 
     When the signed event gets no answer at all, the rest is not sent: each would wait as long.
     ``allow_private``: as in ``judge`` (the command passes True: a developer checks a local endpoint)."""
@@ -452,12 +505,13 @@ def run_check(url: str, secrets: Sequence[str] | str, scheme: str = "promesa", *
     check_id = check_id or new_check_id()
     answers: dict[str, Answer] = {}
     occurred_at = clock()
-    for step in STEPS:
-        request = build(step, check_id, secrets, scheme, now=clock(), occurred_at=occurred_at)
+    for step in steps(bool(headers)):
+        request = build(step, check_id, secrets, scheme, now=clock(), occurred_at=occurred_at, headers=headers)
         answers[step] = send(url, request.body, dict(request.headers), timeout)
         if step == "signed" and answers[step].status is None:
             break
-    return check_id, judge(url, scheme, answers, allow_private=allow_private, contract_url=contract_url)
+    return check_id, judge(url, scheme, answers, allow_private=allow_private, contract_url=contract_url,
+                           credentials=bool(headers))
 
 
 # -- the report ------------------------------------------------------------------------------------

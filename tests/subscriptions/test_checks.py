@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from promesa_receiver.check import CHECK_HEADER, EVENT_TYPE, NOT_JUDGED_DEPENDENT, RULES
+from promesa_receiver.check import ALL_RULES, CHECK_HEADER, EVENT_TYPE, NOT_JUDGED_DEPENDENT, RULES
 from promesa_receiver.signing import new_secret
 from sqlalchemy import func, select
 
@@ -242,7 +242,7 @@ def test_the_openapi_document_names_the_check_routes(app, producer):
     assert "/checks/{check_id}" in doc["paths"] and "/subscriptions/{subscription_id}/diagnosis" in doc["paths"]
     check_field = doc["components"]["schemas"]["SubscriptionInput"]["properties"]["check"]
     assert "cannot know the secret" in check_field["description"]
-    assert doc["components"]["schemas"]["CheckResult"]["properties"]["rule"]["enum"] == list(RULES)
+    assert doc["components"]["schemas"]["CheckResult"]["properties"]["rule"]["enum"] == list(ALL_RULES)
 
 
 @sqlite_only

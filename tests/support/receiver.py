@@ -40,6 +40,7 @@ class Receiver:
         self.hits: Counter = Counter()
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)
+        self.asking = threading.local()  # .headers: the request being answered, for a behaviour that reads them
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,6 +58,7 @@ class Receiver:
                     receiver.arrived.notify_all()
                 if self.path.startswith("/hang-after-head/"):
                     return self.hang_after_head(float(self.path.rsplit("/", 1)[1]))
+                receiver.asking.headers = self.headers
                 status, headers = receiver.behaviour(self.path, n)
                 payload = f"status {status} from {self.path}".encode()
                 self.send_response(status)
@@ -116,3 +118,17 @@ class Receiver:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+
+class GatedReceiver(Receiver):
+    """A receiver behind a gateway that demands a header of its own (an API key): 401 to any request
+    without `header: value`, as Receiver to one with it."""
+
+    def __init__(self, header: str, value: str, port: int = 0):
+        super().__init__(port)
+        self.header, self.value = header, value
+
+    def behaviour(self, path: str, n: int) -> tuple[int, dict]:
+        if self.asking.headers.get(self.header) != self.value:
+            return 401, {}
+        return super().behaviour(path, n)

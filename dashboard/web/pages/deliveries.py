@@ -14,6 +14,7 @@ from dashboard.core.clock import unix
 from dashboard.core.extensions import db
 from dashboard.delivery.http import delivery_headers
 from dashboard.models import Delivery
+from dashboard.subscriptions import own_headers
 from dashboard.web.pages import both
 
 SIGNATURE_HEADERS = (signing.PROMESA_HEADER, "webhook-signature")
@@ -28,14 +29,15 @@ def shorten_signatures(headers: dict[str, str]) -> dict[str, str]:
 
 def request_as_sent(d: Delivery) -> tuple[int, dict[str, str]]:
     """(attempt number, headers) of the latest attempt, or of the first one to come, rebuilt the way the
-    worker builds them, with signatures shortened."""
+    worker builds them, with signatures shortened and the receiver's own header values masked."""
     latest = d.attempts[-1] if d.attempts else None
     number = latest.number if latest else d.attempt_count + 1
     when = latest.attempted_at if latest else current_app.config["CLOCK"].now()
     headers = delivery_headers(event_id=d.event.id, event_type=d.event.type, delivery_id=d.id, attempt_number=number,
                                scheme=d.subscription.signature_scheme,
                                secrets=[crypto.decrypt(d.subscription.secret_ciphertext)],
-                               timestamp=int(unix(when)), body=d.event.body.encode("utf-8"))
+                               timestamp=int(unix(when)), body=d.event.body.encode("utf-8"),
+                               own=own_headers.masked_of(d.subscription))  # names only: values are credentials
     return number, shorten_signatures(headers)
 
 

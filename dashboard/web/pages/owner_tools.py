@@ -38,7 +38,7 @@ from dashboard.ingest import catalog
 from dashboard.ingest.quotas import QuotaExceeded
 from dashboard.models import Consumer, Delivery, Team
 from dashboard.operations import notifications
-from dashboard.subscriptions import contract, examples, rotation
+from dashboard.subscriptions import contract, examples, own_headers, rotation
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.pages import both, bp, portal_bp, shown_once
 from dashboard.web.pages.subscriptions import deliveries
@@ -52,7 +52,7 @@ GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (8
 
 @bp.app_context_processor
 def _owner_tools():
-    return {"owner_tools": panel}
+    return {"owner_tools": panel, "own_header_names": own_headers.names, "max_own_headers": own_headers.MAX_HEADERS}
 
 
 def panel(sub) -> dict:
@@ -126,6 +126,27 @@ def limits_from_form(form) -> dict:
     return payload
 
 
+def headers_from_form(form, saved: list[str]) -> dict[str, str | None]:
+    """The header rows as the API's `headers`: a name with a value sets it; a saved name with its value box left
+    empty keeps its value (on creation nothing is saved); a saved name no row names any more is removed (null).
+    A form without the rows at all changes nothing."""
+    headers: dict[str, str | None] = {}
+    if "header_name" not in form:
+        return headers
+    for name, value in zip(form.getlist("header_name"), form.getlist("header_value")):
+        name, value = name.strip(), value.strip()  # HTTP trims a value's ends anyway: a pasted newline is no error
+        if not name:
+            if value:
+                raise ApiError(400, "a header value needs its name: fill in both, or clear both")
+            continue
+        if value:
+            headers[name] = value
+        elif name.lower() not in {kept.lower() for kept in saved}:  # names ignore case
+            raise ApiError(400, f"give the header {name} a value")
+    named = {name.strip().lower() for name in form.getlist("header_name")}
+    return headers | {name: None for name in saved if name.lower() not in named}
+
+
 def in_portal() -> bool:
     return access.is_portal(current_user)
 
@@ -164,6 +185,9 @@ def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
         payload["url"] = url
     if in_portal() and payload["event_types"] != list(sub.event_types):
         catalog_types_only(sub.team, payload["event_types"])
+    headers = headers_from_form(form, own_headers.names(sub))
+    if headers:
+        payload["headers"] = headers
     return checked(schemas.SubscriptionEdit, payload)
 
 
@@ -203,7 +227,7 @@ FIELD_WORDS = {"url": "endpoint URL", "description": "description", "event_types
                "event_versions": "pinned versions", "retry_policy": "retry policy",
                "connect_timeout": "connect timeout", "attempt_timeout": "attempt timeout",
                "max_age_seconds": "maximum event age", "rate_limit_per_s": "rate limit",
-               "max_in_flight": "requests in flight"}
+               "max_in_flight": "requests in flight", "headers": "headers"}
 
 
 def _value_in_words(name: str, value) -> str:
@@ -215,6 +239,8 @@ def _value_in_words(name: str, value) -> str:
         return contract.human(value)
     if name == "rate_limit_per_s":
         return f"{value:g} deliveries/s"
+    if name == "headers":  # names, and masked values (own_headers.audit_view)
+        return ", ".join(f"{key}: {shown}" for key, shown in value.items())
     if isinstance(value, dict):
         return ", ".join(f"{key}={version}" for key, version in value.items())
     return ", ".join(value) if isinstance(value, list) else str(value)
@@ -374,7 +400,7 @@ def input_from_form(form, consumer: str | None) -> schemas.SubscriptionInput:
     """The form as the API's POST body, for this consumer's uid (None: the team's own), checked by its model."""
     return checked(schemas.SubscriptionInput, {**limits_from_form(form), "url": form.get("url", "").strip(),
                                                "signature_scheme": form.get("signature_scheme", ""),
-                                               "consumer": consumer})
+                                               "headers": headers_from_form(form, []), "consumer": consumer})
 
 
 def new_form(team, error: str | None, status: int, **more):
