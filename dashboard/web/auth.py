@@ -35,7 +35,7 @@ from dashboard.core.clock import unix
 from dashboard.core.extensions import db, login_manager
 from dashboard.core.validation import ApiError
 from dashboard.models import AuditEntry, User
-from dashboard.web.security import in_portal
+from dashboard.web.paths import in_portal
 
 bp = Blueprint("auth", __name__)
 

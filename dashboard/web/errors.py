@@ -11,7 +11,7 @@ from werkzeug.exceptions import HTTPException
 
 from dashboard.accounts import access
 from dashboard.web.pages.portal import portal_team
-from dashboard.web.security import PORTAL_PREFIX, in_portal
+from dashboard.web.paths import PORTAL_PREFIX, in_portal
 
 
 def _way_back(portal: bool) -> str:

@@ -30,7 +30,7 @@ from dashboard.core.extensions import db
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, database_unavailable_within
 from dashboard.queue import heartbeat, lanes as job_lanes
 from dashboard.queue.work import connect
-from dashboard.web.api import URL_PREFIX as API_PREFIX
+from dashboard.web.paths import API_PREFIX
 from dashboard.web.api.errors import http_error
 from dashboard.web.security import client_on_this_machine, metrics_token_given
 

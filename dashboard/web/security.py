@@ -13,7 +13,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.routing import IntegerConverter
 
 from dashboard.core.validation import MAX_ID
-from dashboard.web.api import URL_PREFIX as API_PREFIX
+from dashboard.web.paths import API_PREFIX, PORTAL_PREFIX, in_portal
 
 # The pages use no inline script or style (htmx is configured not to inject its indicator style).
 CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -27,12 +27,7 @@ SECURITY_HEADERS = {
 }
 
 
-PORTAL_PREFIX = "/portal"
 PORTAL_COOKIE = "promesa_portal"
-
-
-def in_portal() -> bool:
-    return request.path == PORTAL_PREFIX or request.path.startswith(PORTAL_PREFIX + "/")
 
 
 class SessionCookieSecureOverHttps(SecureCookieSessionInterface):

@@ -4,8 +4,8 @@ from flask import Blueprint, current_app, g
 
 from dashboard.accounts import service as accounts
 from dashboard.core.extensions import csrf
+from dashboard.web.paths import API_PREFIX as URL_PREFIX
 
-URL_PREFIX = "/api/v1"
 bp = Blueprint("api", __name__, url_prefix=URL_PREFIX)
 
 from dashboard.web.api import checks, consumers, errors, incidents, replays, routes  # noqa: E402,F401  (routes register on bp)

@@ -9,10 +9,11 @@ from __future__ import annotations
 from flask import Blueprint, flash, redirect, request, url_for
 
 from dashboard.core.validation import ApiError
+from dashboard.web.paths import PORTAL_PREFIX
 
 bp = Blueprint("pages", __name__)
 # The consumer portal (pages/portal.py): one consumer's own subscriptions, at /portal, behind its own cookie.
-portal_bp = Blueprint("portal", __name__, url_prefix="/portal")
+portal_bp = Blueprint("portal", __name__, url_prefix=PORTAL_PREFIX)
 
 
 def both(rule: str, **options):

@@ -148,6 +148,7 @@ def headers_from_form(form, saved: list[str]) -> dict[str, str | None]:
 
 
 def in_portal() -> bool:
+    """Is a consumer using these tools in its portal (not a user on the dashboard)?"""
     return access.is_portal(current_user)
 
 
