@@ -165,6 +165,7 @@ def build(sub: Subscription) -> dict:
                                                "signed event without them, which you must refuse."
                                                if sub.headers_ciphertext else ""),
         "own_headers": own_headers_text(sub),
+        "filter": sub.filter,
         "event_types": sub.event_types,
         "event_versions": sub.event_versions or {},
         "declared": declared,

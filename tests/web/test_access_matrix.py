@@ -128,6 +128,8 @@ MATRIX = {
     # A new subscription: admins for any team, owners for their own (the outsider: its own team).
     ("pages.new_subscription", "GET"): CREATE,
     ("pages.new_subscription", "POST"): CREATE,
+    # Trying a filter on a team's catalog example: the matrix's form names no team, which no one sees.
+    ("pages.try_filter", "POST"): {**{role: "404" for role in ROLES}, "anonymous": "login"},
     # Ending dead letters and hopeless schedules (dashboard/pages/subscriptions.py, dead_letters.py): repairs.
     ("pages.discard", "POST"): OPERATE,
     ("pages.give_up", "POST"): OPERATE,

@@ -31,6 +31,7 @@ from sqlalchemy import select
 
 from dashboard import schemas
 from dashboard.accounts import access
+from dashboard.core import filters
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, explain
 from dashboard.delivery.policies import POLICY_NAMES
@@ -94,6 +95,17 @@ def event_types_from_form(form) -> list[str]:
             if name not in chosen:
                 chosen.append(name)
     return chosen
+
+
+def filter_from_form(form) -> dict | None:
+    """The filter box as the API's `filter`: JSON text (empty: none). Its language is checked by the API's model."""
+    text = form.get("filter", "").strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ApiError(400, f"the filter is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
 
 
 def limits_from_form(form) -> dict:
@@ -189,6 +201,9 @@ def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
     headers = headers_from_form(form, own_headers.names(sub))
     if headers:
         payload["headers"] = headers
+    given = filter_from_form(form)
+    if given != sub.filter:  # None clears it
+        payload["filter"] = given
     return checked(schemas.SubscriptionEdit, payload)
 
 
@@ -228,7 +243,7 @@ FIELD_WORDS = {"url": "endpoint URL", "description": "description", "event_types
                "event_versions": "pinned versions", "retry_policy": "retry policy",
                "connect_timeout": "connect timeout", "attempt_timeout": "attempt timeout",
                "max_age_seconds": "maximum event age", "rate_limit_per_s": "rate limit",
-               "max_in_flight": "requests in flight", "headers": "headers"}
+               "max_in_flight": "requests in flight", "headers": "headers", "filter": "filter"}
 
 
 def _value_in_words(name: str, value) -> str:
@@ -240,6 +255,8 @@ def _value_in_words(name: str, value) -> str:
         return contract.human(value)
     if name == "rate_limit_per_s":
         return f"{value:g} deliveries/s"
+    if name == "filter":
+        return json.dumps(value)
     if name == "headers":  # names, and masked values (own_headers.audit_view)
         return ", ".join(f"{key}: {shown}" for key, shown in value.items())
     if isinstance(value, dict):
@@ -401,7 +418,8 @@ def input_from_form(form, consumer: str | None) -> schemas.SubscriptionInput:
     """The form as the API's POST body, for this consumer's uid (None: the team's own), checked by its model."""
     return checked(schemas.SubscriptionInput, {**limits_from_form(form), "url": form.get("url", "").strip(),
                                                "signature_scheme": form.get("signature_scheme", ""),
-                                               "headers": headers_from_form(form, []), "consumer": consumer})
+                                               "headers": headers_from_form(form, []), "consumer": consumer,
+                                               "filter": filter_from_form(form)})
 
 
 def new_form(team, error: str | None, status: int, **more):
@@ -451,3 +469,36 @@ def subscription_created(subscription_id):
     response = make_response(render_template("owner_tools/created.html", sub=sub, secret=kept[1] if kept else None))
     response.headers["Cache-Control"] = "no-store"  # the secret is in this page only
     return response
+
+
+def _filter_team() -> Team:
+    """The team whose catalog a filter is tried on: the portal's own; on the dashboard, the subscription's being
+    edited, or the team a new one is for (404 for a team the user does not see)."""
+    if access.is_portal(current_user):
+        return db.session.get(Team, current_user.team_id)
+    subscription_id = request.form.get("subscription_id")
+    if subscription_id:
+        return access.visible_subscription(subscription_id).team
+    team = db.session.scalar(select(Team).where(Team.name == request.form.get("team", "")))
+    if team is None or not access.can_view_team(current_user, team.id):
+        abort(404)
+    return team
+
+
+@both("/subscriptions/filter-try", methods=["POST"])
+@login_required
+def try_filter():
+    """The form's filter tried on the example body of a catalog type (htmx): would that event be sent?"""
+    name = request.form.get("filter_example", "")
+    declared = {t.name: t for t in catalog.team_event_types(_filter_team())}.get(name)
+    if declared is None:
+        return render_template("owner_tools/_filter_tried.html", error="choose an event type of the catalog to try "
+                                                                        "the filter on its example")
+    body = json.loads(examples.example_body(declared, current_app.config["CLOCK"].now())["body"])
+    try:
+        spec = filter_from_form(request.form)
+        matched = spec is None or filters.matches(spec, body)
+    except ApiError as exc:
+        return render_template("owner_tools/_filter_tried.html", error=exc.message)
+    return render_template("owner_tools/_filter_tried.html", error=None, matched=matched, name=name,
+                           filtered=spec is not None)
