@@ -264,7 +264,8 @@ def test_every_portal_form_of_the_owner_tools_answers_a_redirect(app, portal, pr
     owner_tools = {rule.endpoint for rule in app.url_map.iter_rules() if rule.endpoint.startswith("portal.")
                    and "POST" in rule.methods
                    and app.view_functions[rule.endpoint].__module__ == "dashboard.web.pages.owner_tools"}
-    assert owner_tools == set(answered)
+    # Trying a filter changes nothing (it answers a fragment): tests/web/test_filter_forms.py.
+    assert owner_tools - {"portal.try_filter"} == set(answered)
 
 
 @pytest.mark.parametrize("schema", [
