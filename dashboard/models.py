@@ -286,6 +286,16 @@ class Subscription(db.Model):
     # The receiver's own headers (an API key its gateway demands), as Fernet ciphertext of a JSON object
     # {name: value}: values are credentials (dashboard.subscriptions.own_headers). None: no headers of its own.
     headers_ciphertext: Mapped[str | None] = mapped_column(Text)
+    # OAuth2 client credentials (token URL, client id and secret, scope, audience), as Fernet ciphertext of a
+    # JSON object (dashboard.subscriptions.client_auth). None: no token is fetched.
+    auth_ciphertext: Mapped[str | None] = mapped_column(Text)
+    # A client certificate for mutual TLS: Fernet ciphertext of a JSON object with the certificate, its key
+    # and an extra CA bundle (dashboard.subscriptions.client_tls); what may be shown of the certificate is
+    # kept in clear beside it. None: no certificate is presented.
+    tls_ciphertext: Mapped[str | None] = mapped_column(Text)
+    tls_subject: Mapped[str | None] = mapped_column(String(500))
+    tls_issuer: Mapped[str | None] = mapped_column(String(500))
+    tls_expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     # Deliveries per second across all workers (None: no limit), enforced in Redis (delivery.ratelimit).
     rate_limit_per_s: Mapped[float | None] = mapped_column(Float)
     # Requests in flight to this endpoint per worker (None: PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION).

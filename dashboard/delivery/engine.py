@@ -179,7 +179,8 @@ _SENDING_COLUMNS = (EVENTS.c.id.label("event_id"), EVENTS.c.type, EVENTS.c.creat
                     SUBSCRIPTIONS.c.previous_secret_ciphertext, SUBSCRIPTIONS.c.previous_secret_expires_at,
                     SUBSCRIPTIONS.c.rate_limit_per_s, SUBSCRIPTIONS.c.max_in_flight,
                     cast(SUBSCRIPTIONS.c.team_id, String).label("team_id"), CONSUMERS.c.uid.label("consumer_uid"),
-                    SUBSCRIPTIONS.c.headers_ciphertext)
+                    SUBSCRIPTIONS.c.headers_ciphertext, SUBSCRIPTIONS.c.auth_ciphertext,
+                    SUBSCRIPTIONS.c.tls_ciphertext)
 _CLAIM = _claim(array=False).returning(DELIVERIES.c.id)
 _LOAD = (
     select(DELIVERIES.c.id, DELIVERIES.c.attempt_count, DELIVERIES.c.retry_base, DELIVERIES.c.schedule_started_at,
@@ -258,6 +259,8 @@ class Claimed:
     team_id: str  # the tenant whose share of the in-flight slots it takes (see _Run.may_start)
     consumer_uid: str | None  # the consumer it is for, sent as X-Promesa-Consumer (None: the team's own endpoint)
     headers_ciphertext: str | None  # the receiver's own headers, encrypted (None: none)
+    auth_ciphertext: str | None  # OAuth2 client credentials, encrypted (None: no token)
+    tls_ciphertext: str | None  # a client certificate, its key and CA bundle, encrypted (None: none)
     turn: float | None = None  # unix time its rate limit lets it go, when it has one (delivery.ratelimit)
 
 
