@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 
@@ -23,10 +24,37 @@ def _parser() -> argparse.ArgumentParser:
                           "signed with all of them, as Promesa signs deliveries")
     run.add_argument("--scheme", choices=("promesa", "standard"), default="promesa",
                      help="the signature scheme: promesa (X-Signature) or standard (Standard Webhooks)")
+    run.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'", dest="headers",
+                     help="a header of the endpoint's own (an API key its gateway demands), sent with every request "
+                          "but one: that one goes without, and rule credentials_required expects it refused. "
+                          "Repeat it for more than one")
     run.add_argument("--json", action="store_true", help='print {"id", "results"} as JSON instead of the report')
     run.add_argument("--timeout", type=float, default=check.TIMEOUT_SECONDS, metavar="SECONDS",
                      help=f"how long to wait for each answer (default {check.TIMEOUT_SECONDS:.0f}, Promesa's limit)")
     return parser
+
+
+# An RFC 9110 token, and a value of printable ASCII (what the check may send as it is).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
+
+
+def _headers(given: list[str]) -> dict[str, str]:
+    """--header 'Name: value' arguments as a dict; a usage error names the argument by its name only (the
+    value is a credential: never echoed)."""
+    headers: dict[str, str] = {}
+    for argument in given:
+        name, colon, value = argument.partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not _HEADER_NAME.fullmatch(name):
+            _parser().error("--header must be 'Name: value' with a name of letters, digits and !#$%&'*+-.^_`|~ "
+                            f"(got a header {'without a colon' if not colon else 'whose name is not a token'})")
+        if not value or not _HEADER_VALUE.fullmatch(value):
+            _parser().error(f"--header {name}: the value must be printable ASCII, not empty")
+        if any(name.lower() == other.lower() for other in headers):
+            _parser().error(f"--header {name} is given twice")
+        headers[name] = value
+    return headers
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,9 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().error("--timeout must be more than 0 seconds")
     if not args.url.startswith(("http://", "https://")):
         _parser().error("URL must start with http:// or https://")
+    headers = _headers(args.headers)
     try:
         check_id, results = check.run_check(args.url, args.secret, args.scheme, timeout=args.timeout,
-                                            allow_private=True)
+                                            allow_private=True, headers=headers)
     except ValueError as exc:  # a bad secret (e.g. not whsec_<base64> for the standard scheme)
         _parser().error(str(exc))
     if args.json:

@@ -41,15 +41,21 @@ REFUSAL_BODY = '<script>alert("refused")</script> signature mismatch'
 
 class WrongSecretReceiver:
     """A careful receiver that holds the wrong secret: it verifies every request's X-Signature (with
-    promesa_receiver.verify) against a secret of its own, answers 401 and REFUSAL_BODY when that fails, 200 else."""
+    promesa_receiver.verify) against a secret of its own, answers 401 and REFUSAL_BODY when that fails, 200 else.
+    Given a `secret` it holds that one instead; given an `api_key`, it first refuses (401) a request whose
+    X-Api-Key is not that key, as a gateway would."""
 
-    def __init__(self):
-        self.secret = new_secret()  # never the subscription's
+    def __init__(self, secret: str | None = None, api_key: str | None = None):
+        self.secret = secret or new_secret()  # by default never the subscription's
+        self.api_key = api_key
         self.server = make_server("127.0.0.1", 0, self.answer, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
 
     def answer(self, environ, start_response):
         body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        if self.api_key is not None and environ.get("HTTP_X_API_KEY") != self.api_key:
+            start_response("401 Unauthorized", [("Content-Type", "text/plain")])
+            return [b"X-Api-Key required"]
         try:
             verify(body, environ.get("HTTP_X_SIGNATURE"), [self.secret])
         except VerificationError:

@@ -18,7 +18,9 @@ from promesa_receiver import (
     verify_standard,
 )
 from promesa_receiver.check import (
+    ALL_RULES,
     CHECK_HEADER,
+    CREDENTIALS_RULE,
     EVENT_TYPE,
     NOT_JUDGED_DEPENDENT,
     RULES,
@@ -34,7 +36,7 @@ from promesa_receiver.check import (
 )
 from promesa_receiver.signing import new_secret
 
-from .conftest import CASES, REFUSAL_BODY, SLOW_SECONDS
+from .conftest import CASES, REFUSAL_BODY, SLOW_SECONDS, WrongSecretReceiver
 
 SDK = Path(__file__).resolve().parents[2] / "sdk"
 
@@ -188,6 +190,33 @@ def test_the_urllib_transport_tells_a_timeout_from_a_refusal(bad_receiver):
     assert bad_receiver.count("/final") == 0  # never followed
     answered = urllib_send(bad_receiver.url + "/status/503", b"{}", {}, 5)
     assert answered.status == 503 and answered.error is None
+
+
+def test_the_command_sends_the_endpoints_own_headers_and_judges_credentials_required(secret):
+    with WrongSecretReceiver(secret, api_key="key-7f3a9c") as gateway:
+        done = command(gateway.url, "--secret", secret, "--header", "X-Api-Key: key-7f3a9c", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        results = {r["rule"]: r for r in json.loads(done.stdout)["results"]}
+        assert list(results) == list(ALL_RULES)  # credentials_required is judged: a header was given
+        assert results["signed_accepted"]["passed"] and results[CREDENTIALS_RULE]["passed"]
+        assert results[CREDENTIALS_RULE]["status"] == 401
+        without = command(gateway.url, "--secret", secret)  # the gateway refuses everything: said as a failure
+        assert without.returncode == 1 and marks(without.stdout)["signed_accepted"] == "FAIL"
+    with WrongSecretReceiver(secret) as careless:  # accepts a request without the key: credentials_required fails
+        done = command(careless.url, "--secret", secret, "--header", "X-Api-Key: key-7f3a9c")
+        assert done.returncode == 1 and f"FAIL  {CREDENTIALS_RULE}" in done.stdout, done.stdout
+        assert "key-7f3a9c" not in done.stdout + done.stderr  # the report names headers, never their values
+
+
+@pytest.mark.parametrize("argument, words", [
+    ("X-Api-Key key-7f3a9c", "without a colon"), ("X Api: key-7f3a9c", "whose name is not a token"),
+    ("X-Api-Key:", "X-Api-Key: the value must be printable ASCII"),
+    ("X-Api-Key: key-7f3a9c\u00e9", "X-Api-Key: the value must be printable ASCII"),
+])
+def test_the_command_refuses_a_bad_header_without_echoing_its_value(argument, words):
+    done = command("http://127.0.0.1:9/x", "--secret", new_secret(), "--header", argument)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    assert "key-7f3a9c" not in done.stderr
 
 
 def test_the_command_refuses_bad_input_with_a_usage_error():
