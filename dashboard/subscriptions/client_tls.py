@@ -172,3 +172,15 @@ def expiring(now: dt.datetime) -> list[Expiring]:
         .where(Subscription.tls_expires_at.is_not(None), Subscription.tls_expires_at <= now + EXPIRY_WARNING,
                Subscription.deleted_at.is_(None)))
     return [Expiring(*row) for row in rows]
+
+
+def contract_terms(sub: Subscription) -> dict:
+    """What the published contract says of the client certificate a receiver should expect (never the key)."""
+    if sub.tls_ciphertext is None:
+        return {"subject": None, "issuer": None, "expires_at": None,
+                "text": "None: Promesa presents no client certificate to this endpoint."}
+    return {"subject": sub.tls_subject, "issuer": sub.tls_issuer, "expires_at": iso(sub.tls_expires_at),
+            "text": f"Every HTTPS delivery, test event and receiver check presents a client certificate with subject "
+                    f"{sub.tls_subject}, issued by {sub.tls_issuer}, valid until {iso(sub.tls_expires_at)}. Your "
+                    "gateway may require it: admit this subject from this issuer, not merely any certificate of "
+                    "the authority. It proves who connects, not what was sent: verify the signature as well."}
