@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import ssl
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -27,6 +28,7 @@ from dashboard.core import crypto
 from dashboard.core.clock import iso
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
+from dashboard.delivery import tls
 from dashboard.models import Subscription
 
 MAX_PEM_CHARACTERS = 65536  # each of the certificate, the key and the CA bundle
@@ -64,7 +66,7 @@ def _utc(moment: dt.datetime) -> dt.datetime:
 
 def _certificates(pem: str, field: str) -> list[x509.Certificate]:
     try:
-        found = x509.load_pem_x509_certificates(pem.encode("utf-8"))
+        found = x509.load_pem_x509_certificates(pem.encode("utf-8", "replace"))
     except ValueError:
         found = []
     if not found:
@@ -75,7 +77,7 @@ def _certificates(pem: str, field: str) -> list[x509.Certificate]:
 
 def _key(pem: str):
     try:
-        return serialization.load_pem_private_key(pem.encode("utf-8"), password=None)
+        return serialization.load_pem_private_key(pem.encode("utf-8", "replace"), password=None)
     except TypeError:  # cryptography's word for a key that needs a password
         raise ApiError(422, "tls.client_key: the key is encrypted with a passphrase, which Promesa cannot keep: "
                             "give it unencrypted (e.g. openssl pkey -in key.pem -out plain-key.pem); it is "
@@ -109,8 +111,13 @@ def checked(given: dict, now: dt.datetime) -> ClientTls:
     ca_pem = _pem(_certificates(ca, "ca_certificates")) if ca is not None else None
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption()).decode("ascii")
-    return ClientTls(_pem(chain), key_pem, ca_pem, leaf.subject.rfc4514_string()[:NAME_LENGTH],
-                     leaf.issuer.rfc4514_string()[:NAME_LENGTH], ends)
+    setting = ClientTls(_pem(chain), key_pem, ca_pem, leaf.subject.rfc4514_string()[:NAME_LENGTH],
+                        leaf.issuer.rfc4514_string()[:NAME_LENGTH], ends)
+    try:  # what cryptography reads, the ssl module may still refuse (a key type it cannot sign with)
+        tls.context(setting.stored())
+    except ssl.SSLError as exc:
+        raise ApiError(422, f"tls: the certificate and key cannot be used for TLS here ({exc.reason or exc})") from None
+    return setting
 
 
 def stored(sub: Subscription) -> dict | None:

@@ -7,6 +7,7 @@ until the certificate is replaced."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from sqlalchemy import func, select
@@ -16,6 +17,7 @@ from dashboard.models import AuditEntry, Incident, Subscription
 from dashboard.operations import incidents
 from dashboard.subscriptions import client_tls
 from tests.support.client_tls import CertificateAuthority, key_pem
+from tests.support.pipeline import deliver_due
 
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -212,3 +214,26 @@ def test_the_contract_names_the_subject_the_receiver_should_expect(client, auth,
     plain = producer.subscribe(receiver.url + "/ok")
     assert producer.get(f"/api/v1/subscriptions/{plain['id']}/contract").get_json()["client_certificate"][
         "subject"] is None
+
+
+@sqlite_only
+def test_the_key_appears_in_no_page_api_answer_log_line_audit_entry_or_metrics(app, client, auth, users, producer,
+                                                                               receiver, clock, pki, caplog):
+    caplog.set_level(logging.DEBUG)
+    alpha = pki["alpha"]
+    sub_id = producer.subscribe(receiver.url + "/ok", tls=alpha.tls(pki["ca"]))["id"]
+    producer.publish()
+    deliver_due(app, clock)  # plain http: the setting is carried, and no handshake made
+    assert receiver.count() == 1
+    auth.login("owner")
+    api = [producer.get(path) for path in (
+        f"/api/v1/subscriptions/{sub_id}", "/api/v1/subscriptions", f"/api/v1/subscriptions/{sub_id}/deliveries",
+        f"/api/v1/subscriptions/{sub_id}/contract", f"/api/v1/subscriptions/{sub_id}/diagnosis")]
+    pages = [client.get(path) for path in (f"/subscriptions/{sub_id}", f"/subscriptions/{sub_id}/edit",
+                                           f"/subscriptions/{sub_id}/contract", "/audit", "/", "/metrics")]
+    assert all(resp.status_code == 200 for resp in api + pages), [resp.status_code for resp in api + pages]
+    texts = [resp.get_data(as_text=True) for resp in api + pages]
+    assert "O=Tests,CN=alpha" in texts[len(api)]  # the subscription page names the certificate
+    texts += [json.dumps(e.detail) for e in db.session.scalars(select(AuditEntry))]
+    texts.append(caplog.text + " ".join(r.getMessage() for r in caplog.records))
+    assert not [text[:80] for text in texts if key_body(alpha) in text or "PRIVATE KEY" in text]
