@@ -49,10 +49,11 @@ def context(setting: dict) -> ssl.SSLContext:
 def _load_chain(made: ssl.SSLContext, pem: str) -> None:
     """ssl reads a certificate and key from a file only: an anonymous memory file where the system has them (never
     on a disk), else a file readable by this user alone in a private directory, removed at once."""
-    if hasattr(os, "memfd_create"):
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
         fd = os.memfd_create("promesa-client-tls", os.MFD_CLOEXEC)
         try:
-            os.write(fd, pem.encode("ascii"))
+            with open(fd, "wb", closefd=False) as file:
+                file.write(pem.encode("ascii"))
             made.load_cert_chain(f"/proc/self/fd/{fd}")
         finally:
             os.close(fd)

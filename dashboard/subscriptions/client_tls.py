@@ -31,7 +31,6 @@ from dashboard.core.validation import ApiError
 from dashboard.delivery import tls
 from dashboard.models import Subscription
 
-MAX_PEM_CHARACTERS = 65536  # each of the certificate, the key and the CA bundle
 EXPIRY_WARNING = dt.timedelta(days=14)
 NAME_LENGTH = 500  # tls_subject and tls_issuer
 _SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)

@@ -6,13 +6,15 @@ are pooled but never shared; the test event and the receiver check present it to
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
+import tempfile
 
 import pytest
 from sqlalchemy import select
 
 from dashboard.core.extensions import db
-from dashboard.delivery import http
+from dashboard.delivery import http, tls
 from dashboard.delivery.engine import DeliveryEngine
 from dashboard.models import Attempt, Delivery
 from dashboard.queue.work import WorkQueue
@@ -83,18 +85,21 @@ def test_none_another_authoritys_or_another_subscriptions_certificate_is_refused
     assert states(strangers["id"]) == states(borrowed["id"]) == ["scheduled"]
 
 
-def test_a_handshake_without_a_certificate_is_a_failed_attempt_that_says_so(pki, gateway):
-    # The receiver's CA trusted, no client certificate: the receiver's alert is this attempt's error, never a crash.
-    async def send():
+def send(url: str, ssl_context: ssl.SSLContext) -> http.AttemptResult:
+    async def sending():
         session = http.client_session(1, True)
         try:
-            return await http.post(session, gateway.url + "/ok", b"{}", {}, connect_timeout=5, attempt_timeout=5,
-                                   excerpt_bytes=100, allow_private=True,
-                                   ssl_context=ssl.create_default_context(cadata=pki["ca"].pem))
+            return await http.post(session, url, b"{}", {}, connect_timeout=5, attempt_timeout=5, excerpt_bytes=100,
+                                   allow_private=True, ssl_context=ssl_context)
         finally:
             await session.close()
 
-    result = asyncio.run(send())
+    return asyncio.run(sending())
+
+
+def test_a_handshake_without_a_certificate_is_a_failed_attempt_that_says_so(pki, gateway):
+    # The receiver's CA trusted, no client certificate: the receiver's alert is this attempt's error, never a crash.
+    result = send(gateway.url + "/ok", ssl.create_default_context(cadata=pki["ca"].pem))
     assert result.outcome.status_code is None
     assert result.outcome.error.startswith("TLS error: the receiver ") and "client certificate" in result.outcome.error
     assert gateway.subjects == []
@@ -121,3 +126,15 @@ def test_a_plain_http_endpoint_ignores_the_setting(app, producer, clock, pki, re
     producer.publish()
     deliver_due(app, clock)
     assert states(sub["id"]) == ["succeeded"] and receiver.count() == 1
+
+
+def test_without_memory_files_the_key_passes_through_a_private_file_removed_at_once(pki, gateway, monkeypatch,
+                                                                                   tmp_path):
+    monkeypatch.delattr(os, "memfd_create")
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    made = tls.context(pki["alpha"].tls(pki["ca"]))
+    assert list(temporary.iterdir()) == []
+    assert send(gateway.url + "/as/alpha", made).outcome.status_code == 200
+    assert gateway.subjects == [("/as/alpha", "alpha")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 from sqlalchemy import func, select
@@ -237,3 +238,23 @@ def test_the_key_appears_in_no_page_api_answer_log_line_audit_entry_or_metrics(a
     texts += [json.dumps(e.detail) for e in db.session.scalars(select(AuditEntry))]
     texts.append(caplog.text + " ".join(r.getMessage() for r in caplog.records))
     assert not [text[:80] for text in texts if key_body(alpha) in text or "PRIVATE KEY" in text]
+
+
+@sqlite_only
+def test_a_consumer_gives_its_endpoint_a_certificate_in_the_portal(app, producer, receiver, pki):
+    from tests.support.portal import open_portal
+
+    producer.put_consumer("cus_1", name="Initech")
+    portal = app.test_client()
+    open_portal(portal, producer, "cus_1")
+    page = portal.get("/portal/endpoints/new").get_data(as_text=True)
+    assert 'name="tls_certificate"' in page and 'name="tls_key"' in page
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    form = {k: v for k, v in FORM.items() if k != "max_in_flight"}
+    resp = portal.post("/portal/endpoints/new", data={
+        **form, "csrf_token": csrf, "url": receiver.url + "/ok", "signature_scheme": "promesa",
+        "tls_certificate": pki["alpha"].certificate, "tls_key": pki["alpha"].key})
+    assert resp.status_code == 303, resp.get_data(as_text=True)
+    sub = db.session.scalar(select(Subscription))
+    shown = portal.get(f"/portal/subscriptions/{sub.id}").get_data(as_text=True)
+    assert "O=Tests,CN=alpha" in shown and key_body(pki["alpha"]) not in shown
