@@ -126,7 +126,6 @@ def test_a_key_that_is_not_the_certificates_or_unreadable_pem_is_refused_saying_
     assert chained["tls"]["subject"] == "O=Tests,CN=alpha"
 
 
-@sqlite_only
 def test_fourteen_days_ahead_the_page_warns_and_an_incident_opens_until_it_is_replaced(
         app, client, auth, users, producer, receiver, clock, pki):
     soon = pki["soon"]  # ends in 20 days
