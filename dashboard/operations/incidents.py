@@ -135,7 +135,8 @@ def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fir
     for found in client_tls.expiring(now):
         fired[(found.subscription_id, CERTIFICATE_EXPIRING.rule)] = Fired(found.team_id, {
             "subject": found.subject, "expires_at": iso(found.expires_at),
-            "days_left": max(0, (found.expires_at - now).days)}, found.expires_at - client_tls.EXPIRY_WARNING)
+            "days_left": max(0, (found.expires_at - now).days)},
+            first_sign(found.subscription_id, found.expires_at - client_tls.EXPIRY_WARNING))
     return fired
 
 
