@@ -112,6 +112,34 @@ _HEADERS_ABOUT = ("the receiver's own headers, sent with every attempt, test eve
                   "of names and values together: 422")
 
 
+# A client certificate for mutual TLS (dashboard.subscriptions.client_tls checks that it parses, that the key is
+# the certificate's and that it is in date: 422).
+MAX_PEM_CHARACTERS = 65536
+_PEM_WORDS = f"PEM text of at most {MAX_PEM_CHARACTERS} characters"
+
+
+class ClientTlsInput(Body):
+    """A client certificate Promesa presents on every HTTPS delivery, test event and receiver check."""
+    client_certificate: Annotated[str, Field(min_length=1, max_length=MAX_PEM_CHARACTERS,
+                                             description="the client certificate (PEM), possibly followed by its "
+                                                         "chain; in date now, else 422"),
+                                  Must(_PEM_WORDS)]
+    client_key: Annotated[str, Field(min_length=1, max_length=MAX_PEM_CHARACTERS,
+                                     description="its private key (PEM, unencrypted: an encrypted key is a 422); "
+                                                 "encrypted at rest, never shown again"),
+                          Must(_PEM_WORDS)]
+    ca_certificates: Annotated[str | None, Field(min_length=1, max_length=MAX_PEM_CHARACTERS,
+                                                 description="certificate authorities (PEM) trusted for the "
+                                                             "receiver's certificate besides the system's: for a "
+                                                             "receiver with a private CA"),
+                               Must(_PEM_WORDS + ", or null")] = None
+
+
+_TLS_ABOUT = ("mutual TLS: a client certificate presented on every HTTPS delivery, test event and receiver check, "
+              "and CA certificates trusted besides the system's. The key must be the certificate's and the "
+              "certificate in date (422). Reads show its subject, issuer and expiry, never the key")
+
+
 class SubscriptionInput(Body):
     url: Annotated[str, Field(min_length=1, max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\ufeff]+$",
                               examples=["https://example.com/hooks"]),
@@ -161,6 +189,8 @@ class SubscriptionInput(Body):
                                                       "endpoint, for unaddressed events"),
                         Must(CONSUMER_UID_WORDS)] = None
     filter: Annotated[PayloadFilter | None, Field(description=f"{FILTER_WORDS}; null: every event of its types")] = None
+    tls: Annotated[ClientTlsInput | None, Field(description=f"{_TLS_ABOUT}; null: none (on PATCH: remove it; a "
+                                                            "new object replaces the whole setting)")] = None
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"url": "https://example.com/hooks", "event_types": ["file.*"]},
@@ -411,6 +441,14 @@ class Event(BaseModel):
     deliveries: list[DeliveryWithAttempts]
 
 
+class ClientCertificate(BaseModel):
+    """What may be shown of a subscription's client certificate."""
+    subject: str = Field(description="its subject, as RFC 4514 writes it")
+    issuer: str = Field(description="its issuer, as RFC 4514 writes it")
+    expires_at: str = Field(description="when it ends (not valid after)")
+    ca_certificates: bool = Field(description="CA certificates are trusted for the receiver besides the system's")
+
+
 class Subscription(BaseModel):
     id: str
     url: str
@@ -432,6 +470,8 @@ class Subscription(BaseModel):
                                                           "shown as \"••••\" (never their values)")
     consumer: str | None = Field(description="the uid of the consumer whose endpoint this is; null: the team's own")
     filter: dict[str, Any] | None = Field(description="its payload filter; null: every event of its types")
+    tls: ClientCertificate | None = Field(default=None, description="its client certificate for mutual TLS (never "
+                                                                     "the key); null: none")
     created_at: str
     deleted_at: str | None = Field(description="set when deleted: nothing more is attempted")
 

@@ -7,6 +7,7 @@ import email.utils
 import functools
 import json
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ import aiohttp
 from promesa_receiver import signing
 
 from dashboard.core import crypto
+from dashboard.delivery import tls
 from dashboard.delivery.policies import Outcome
 from dashboard.delivery.targets import PublicOnlyResolver, _is_ip, is_public, public_socket
 
@@ -94,15 +96,17 @@ def own_headers(ciphertext: str | None) -> dict[str, str]:
 
 async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str], *,
                connect_timeout: float, attempt_timeout: float, excerpt_bytes: int,
-               allow_private: bool) -> AttemptResult:
-    """Never raises: whatever one receiver answers (or a bug in reading it) is this attempt's outcome."""
+               allow_private: bool, ssl_context: ssl.SSLContext | None = None) -> AttemptResult:
+    """Never raises: whatever one receiver answers (or a bug in reading it) is this attempt's outcome.
+    `ssl_context`: the subscription's client certificate and trust (dashboard.delivery.tls), None: aiohttp's own."""
     started = time.monotonic()
     excerpt = answer_headers = location = None
     try:
         if not allow_private and _private_literal(url):
             return AttemptResult(Outcome(error="private address refused"), 0, None)
         timeout = _timeout(attempt_timeout, connect_timeout)
-        async with session.post(url, data=body, headers=headers, allow_redirects=False, timeout=timeout) as resp:
+        async with session.post(url, data=body, headers=headers, allow_redirects=False, timeout=timeout,
+                                ssl=True if ssl_context is None else ssl_context) as resp:
             status = resp.status
             answer_headers = headers_text(resp.raw_headers)
             excerpt = await _excerpt(resp, excerpt_bytes)
@@ -127,7 +131,8 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
         # sent no status code we could read, so none is recorded.
         outcome = Outcome(error=error_text("invalid response", exc.message or exc))
     except aiohttp.ClientError as exc:
-        outcome = Outcome(error=error_text(type(exc).__name__, exc))
+        refused = tls.handshake_refusal(exc, url[:6].lower() == "https:")  # a TLS alert comes after the handshake
+        outcome = Outcome(error=error_text("TLS error", refused) if refused else error_text(type(exc).__name__, exc))
     except OSError as exc:
         outcome = Outcome(error=error_text("connection error", exc))
     except Exception as exc:

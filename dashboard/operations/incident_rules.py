@@ -11,6 +11,7 @@ from dashboard import audit
 from dashboard.core.extensions import db
 from dashboard.models import Incident, IncidentRule, Subscription
 from dashboard.stats import folding
+from dashboard.subscriptions import client_tls
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Setting:
                     f"with at least {self.min_attempts} attempts")
         if self.rule == "failing_since":
             return f"no success for {self.window_minutes} min while attempts keep failing"
+        if self.rule == CERTIFICATE_EXPIRING.rule:
+            return f"its client certificate expires within {self.threshold:g} days (or has expired)"
         return f"the oldest due delivery has waited more than {self.window_minutes} min"
 
 
@@ -38,8 +41,12 @@ DEFAULTS = {
     "failure_rate": Setting("failure_rate", True, 50, 15, 20),
     "failing_since": Setting("failing_since", True, None, 60, None),
 }
+# Fixed, as backlog is: from client_tls.EXPIRY_WARNING before a subscription's client certificate ends until it is
+# replaced (the window: it resolves at the first check that finds it replaced).
+CERTIFICATE_EXPIRING = Setting("certificate_expiring", True, client_tls.EXPIRY_WARNING.days, 1, None)
 TITLES = {"dead_letters": "Dead letters piling up", "failure_rate": "High failure rate",
-          "failing_since": "No success for a while", "backlog": "Delivery backlog"}
+          "failing_since": "No success for a while", "backlog": "Delivery backlog",
+          "certificate_expiring": "Client certificate expiring"}
 
 
 def title(rule: str) -> str:
@@ -77,6 +84,8 @@ def settings_for(subscription_ids) -> dict[str, dict[str, Setting]]:
 def setting_of(incident: Incident) -> Setting:
     if incident.rule == "backlog":
         return backlog_setting()
+    if incident.rule == CERTIFICATE_EXPIRING.rule:
+        return CERTIFICATE_EXPIRING
     return settings_for([incident.subscription_id])[incident.subscription_id][incident.rule]
 
 

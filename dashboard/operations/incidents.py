@@ -6,6 +6,7 @@
 | `failure_rate`  | at least 50 % of attempts failed over 15 min, with at least 20 attempts    |
 | `failing_since` | no success for 60 min while attempts keep failing                          |
 | `backlog`       | the oldest due delivery has waited more than 10 min (Promesa's own health) |
+| `certificate_expiring` | the subscription's client certificate expires within 14 days (fixed); resolves once replaced |
 
 An incident opens when a rule fires and no unresolved incident exists for that subscription (a
 unique index says so too, for two sweepers at once): one outage is one incident, whatever the
@@ -47,9 +48,10 @@ from dashboard.models import (
     SubscriptionHealth,
 )
 from dashboard.operations import notifications
-from dashboard.operations.incident_rules import backlog_setting, settings_for
+from dashboard.operations.incident_rules import CERTIFICATE_EXPIRING, backlog_setting, settings_for
 from dashboard.stats import folding
 from dashboard.stats.outcomes import minute_of
+from dashboard.subscriptions import client_tls
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +132,16 @@ def firing(now: dt.datetime, subs, settings) -> dict[tuple[str | None, str], Fir
         fired[(None, "backlog")] = Fired(None, {
             "oldest_waited_minutes": round((now - oldest).total_seconds() / 60, 1), "due": waiting,
             "window_minutes": backlog.window_minutes}, oldest)
+    for found in client_tls.expiring(now):
+        fired[(found.subscription_id, CERTIFICATE_EXPIRING.rule)] = Fired(found.team_id, {
+            "subject": found.subject, "expires_at": iso(found.expires_at),
+            "days_left": max(0, (found.expires_at - now).days)},
+            first_sign(found.subscription_id, found.expires_at - client_tls.EXPIRY_WARNING))
     return fired
 
 
 # Which of a subscription's rules names its incident when several fire at once.
-RULE_ORDER = ("dead_letters", "failure_rate", "failing_since", "backlog")
+RULE_ORDER = ("dead_letters", "failure_rate", "failing_since", "backlog", "certificate_expiring")
 
 
 def rules_of(incident: Incident) -> dict:
@@ -357,4 +364,7 @@ def describe_figures(incident: Incident, still_dead: int | None = None) -> list[
                    f"{f.get('failed_attempts', 0)} failed attempts in a row")
     if "due" in f:
         out.append(f"{f['due']} deliveries due; the oldest has waited {f.get('oldest_waited_minutes', 0):g} min")
+    if "expires_at" in f:
+        out.append(f"the client certificate {f.get('subject')} expires at {_read_iso(f['expires_at']):%Y-%m-%d %H:%M:%S} "
+                   f"UTC, {f.get('days_left', 0)} days from now: replace it on the subscription")
     return out

@@ -37,7 +37,7 @@ from dashboard.core.clock import unix
 from dashboard.core.extensions import db
 from dashboard.core.links import absolute_for
 from dashboard.core.validation import ApiError
-from dashboard.delivery import http
+from dashboard.delivery import http, tls
 from dashboard.delivery.ratelimit import MAX_WAIT_SECONDS, RateLimiter
 from dashboard.models import Check, CheckState, Subscription, SubscriptionState, Team, previous_signs
 from dashboard.queue import lanes
@@ -259,6 +259,7 @@ class Sender:
         self.allow_private = app.config["PROMESA_ALLOW_PRIVATE_TARGETS"]
         self.excerpt_bytes = app.config["PROMESA_RESPONSE_EXCERPT_BYTES"]
         self.clock = app.config["CLOCK"]
+        self.ssl_context = tls.context_of(sub.tls_ciphertext)  # its client certificate, as deliveries present it
         work = WorkQueue.for_app(app)
         # Turns within the lookahead are booked in one call and waited for here.
         self.limiter = RateLimiter(work.conn, app.config["PROMESA_REDIS_PREFIX"], lookahead=MAX_WAIT_SECONDS)
@@ -321,7 +322,8 @@ class Sender:
         cut = left < timeout  # the request may not outlast the check
         result = self.runner.run(http.post(
             self.session, url, body, headers, connect_timeout=min(self.connect_timeout, timeout, left),
-            attempt_timeout=min(timeout, left), excerpt_bytes=self.excerpt_bytes, allow_private=self.allow_private))
+            attempt_timeout=min(timeout, left), excerpt_bytes=self.excerpt_bytes, allow_private=self.allow_private,
+            ssl_context=self.ssl_context))
         outcome = result.outcome
         timed_out = outcome.status_code is None and (outcome.error or "").startswith("timeout")
         if cut and timed_out:  # the check's time ran out, not the receiver's: this answer is not judged

@@ -16,7 +16,7 @@ from dashboard.delivery.policies import (
 from dashboard.ingest import catalog
 from dashboard.ingest.accept import wants
 from dashboard.models import Subscription
-from dashboard.subscriptions import own_headers, rotation, snippets
+from dashboard.subscriptions import client_tls, own_headers, rotation, snippets
 
 TOLERANCE_SECONDS = 300
 
@@ -165,6 +165,7 @@ def build(sub: Subscription) -> dict:
                                                "signed event without them, which you must refuse."
                                                if sub.headers_ciphertext else ""),
         "own_headers": own_headers_text(sub),
+        "client_certificate": client_tls.contract_terms(sub),
         "filter": sub.filter,
         "event_types": sub.event_types,
         "event_versions": sub.event_versions or {},

@@ -39,6 +39,10 @@ ADVICE = {
     "tls_expired": "The TLS certificate has expired: renew it (and automate the renewal).",
     "tls_self_signed": "The TLS certificate is self-signed or signed by an unknown authority: use one from "
                        "a public authority, and serve the whole chain (intermediates included).",
+    "tls_client_certificate": "The receiver ended the TLS connection before answering, as one that requires a "
+                              "client certificate does when none is set or it does not accept the one set "
+                              "(another authority, expired, not a subject it admits). Set or renew the "
+                              "subscription's client certificate, and ask the receiver which it accepts.",
     "tls": "The TLS handshake failed: check the certificate (its name, its expiry, the whole chain) "
            "with an SSL checker.",
     "timeout": "Your endpoint answers too slowly: answer 2xx fast, work later. Store the event, enqueue a "
@@ -65,7 +69,7 @@ ADVICE = {
 LABELS = {
     "dns": "DNS name not found", "refused": "Connection refused", "tls_name": "TLS: certificate name",
     "tls_expired": "TLS: certificate expired", "tls_self_signed": "TLS: self-signed certificate",
-    "tls": "TLS error", "timeout": "Timeout", "redirect": "3xx redirect", "unauthorized": "401 or 403",
+    "tls_client_certificate": "TLS: client certificate refused", "tls": "TLS error", "timeout": "Timeout", "redirect": "3xx redirect", "unauthorized": "401 or 403",
     "not_found": "404 Not Found", "gone": "410 Gone", "too_large": "413 Payload Too Large",
     "rate_limited": "429 Too Many Requests", "server_error": "5xx", "client_error": "Other 4xx",
     "other": "Other error",
@@ -90,6 +94,8 @@ def cause(status_code: int | None, error: str | None) -> str | None:
     if text.startswith("timeout") or "timed out" in text:
         return "timeout"
     if any(word in text for word in _TLS):
+        if "client certificate" in text:  # dashboard.delivery.tls.handshake_refusal: the receiver's alert
+            return "tls_client_certificate"
         if "mismatch" in text or "doesn't match" in text or "not valid for" in text:
             return "tls_name"
         if "expired" in text:

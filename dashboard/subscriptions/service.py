@@ -32,7 +32,7 @@ from dashboard.queue.handoff import enqueue
 from dashboard.queue.work import work_item
 from dashboard.schemas import EventInput, SubscriptionEdit, SubscriptionInput
 from dashboard.stats import outcomes
-from dashboard.subscriptions import checks, own_headers
+from dashboard.subscriptions import checks, client_tls, own_headers
 
 
 def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
@@ -44,6 +44,7 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
     consumer = consumers.addressed(team.id, body.consumer)
     quotas.check_subscription_room(team, consumer)
     headers = own_headers.checked(dict(body.headers))
+    tls = client_tls.checked(body.tls.model_dump(), current_app.config["CLOCK"].now()) if body.tls else None
     secret = signing.new_secret()
     sub = Subscription(team_id=team.id, consumer_id=consumer.id if consumer else None, url=body.url, event_types=list(body.event_types),
                        event_versions=dict(body.event_versions), retry_policy=body.retry_policy,
@@ -53,12 +54,14 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
                        filter=filters.checked(body.filter), headers_ciphertext=own_headers.ciphertext(headers),
                        state=SubscriptionState.ACTIVE)
+    client_tls.apply(sub, tls)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub,
                  detail={"url": sub.url} | ({"consumer": consumer.uid} if consumer else {})
                  | ({"filter": sub.filter} if sub.filter is not None else {})
-                 | ({"headers": own_headers.masked(headers)} if headers else {}))
+                 | ({"headers": own_headers.masked(headers)} if headers else {})
+                 | ({"tls": tls.view()} if tls else {}))
     db.session.commit()
     return sub, secret
 
@@ -86,12 +89,18 @@ def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
     # Own headers merge into the stored ones, and stay encrypted: the audit log sees names only.
     before = own_headers.stored(sub) if "headers" in values else None
     after = own_headers.merged(sub, values.pop("headers")) if "headers" in values else None
+    # A client certificate is replaced whole (or removed), and stays encrypted: the audit log sees what reads show.
+    tls_given, tls = "tls" in values, values.pop("tls", None)
+    tls_changed = client_tls.edited(sub, tls and tls.model_dump(), current_app.config["CLOCK"].now()) \
+        if tls_given else None
     changed = {name: (getattr(sub, name), value) for name, value in values.items() if getattr(sub, name) != value}
     for name, (_, value) in changed.items():
         setattr(sub, name, value)
     if after is not None and after != before:
         sub.headers_ciphertext = own_headers.ciphertext(after)
         changed["headers"] = own_headers.audit_view(before, after)
+    if tls_changed is not None:
+        changed["tls"] = tls_changed
     if changed:
         sub.updated_at = current_app.config["CLOCK"].now()
         audit.record("subscription.edited", subscription=sub, detail={

@@ -11,6 +11,7 @@ from dashboard.core import crypto
 from dashboard.core.extensions import db
 from dashboard.models import ApiToken, Subscription
 from tests.support.browser import DESKTOP, PHONE, assert_fits, sign_in
+from tests.support.client_tls import CertificateAuthority
 from tests.web.test_browser import browser_page, live_url  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
@@ -38,6 +39,9 @@ def test_created_secrets_show_once_a_reload_creates_nothing_and_a_deleted_page_o
     assert page.locator("input[name=event_types][value='*']").is_checked()  # "All event types", the default
     _fits_at_both_widths(page)
     page.fill("input[name=url]", receiver.url + "/hook")
+    expiring = CertificateAuthority().issue("browser", days=(-1, 10))  # a client certificate the page warns about
+    page.fill("textarea[name=tls_certificate]", expiring.certificate)
+    page.fill("textarea[name=tls_key]", expiring.key)
     page.click("button:text('Create subscription')")
     page.wait_for_url("**/created")
     shown = page.locator("#new-secret").inner_text().strip()
@@ -60,7 +64,12 @@ def test_created_secrets_show_once_a_reload_creates_nothing_and_a_deleted_page_o
     assert _count(ApiToken, ApiToken.name == "billing producer") == 1
     _fits_at_both_widths(page)
 
+    page.goto(f"{live_url}/subscriptions/{sub.id}/edit")
+    assert "O=Tests,CN=browser" in page.locator("#saved-certificate").inner_text()
+    _fits_at_both_widths(page)
     page.goto(f"{live_url}/subscriptions/{sub.id}")
+    assert "expires on" in page.locator("#certificate-expiring").inner_text()
+    _fits_at_both_widths(page)
     page.click("summary:text('Delete…')")
     page.check("input[name=confirm]")
     page.click("button:text('Delete this subscription')")

@@ -39,7 +39,7 @@ from dashboard.ingest import catalog
 from dashboard.ingest.quotas import QuotaExceeded
 from dashboard.models import Consumer, Delivery, Team
 from dashboard.operations import notifications
-from dashboard.subscriptions import contract, examples, own_headers, rotation
+from dashboard.subscriptions import client_tls, contract, examples, own_headers, rotation
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.pages import both, bp, portal_bp, shown_once
 from dashboard.web.pages.subscriptions import deliveries
@@ -159,6 +159,23 @@ def headers_from_form(form, saved: list[str]) -> dict[str, str | None]:
     return headers | {name: None for name in saved if name.lower() not in named}
 
 
+def tls_from_form(form, sub=None) -> dict:
+    """The client certificate boxes as the API's body takes them: {"tls": ...}, or {} to change nothing (no box
+    filled). On an edit, a box left empty keeps what is saved (a renewed certificate may keep its key), and the
+    remove box removes it (null)."""
+    if form.get("tls_remove") == "on" and sub is not None:
+        return {"tls": None}
+    given = {part: form.get(box, "").strip() or None for part, box in (
+        ("client_certificate", "tls_certificate"), ("client_key", "tls_key"), ("ca_certificates", "tls_ca"))}
+    if not any(given.values()):
+        return {}
+    saved = (client_tls.stored(sub) if sub is not None else None) or {}
+    setting = {part: value or saved.get(part) for part, value in given.items()}
+    if not setting["client_certificate"] or not setting["client_key"]:
+        raise ApiError(400, "a client certificate needs its certificate and its private key: give both, or neither")
+    return {"tls": setting}
+
+
 def in_portal() -> bool:
     """Is a consumer using these tools in its portal (not a user on the dashboard)?"""
     return access.is_portal(current_user)
@@ -204,7 +221,7 @@ def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
     given = filter_from_form(form)
     if given != sub.filter:  # None clears it
         payload["filter"] = given
-    return checked(schemas.SubscriptionEdit, payload)
+    return checked(schemas.SubscriptionEdit, payload | tls_from_form(form, sub))
 
 
 @both("/subscriptions/<subscription_id>/edit", methods=["GET", "POST"])
@@ -243,7 +260,8 @@ FIELD_WORDS = {"url": "endpoint URL", "description": "description", "event_types
                "event_versions": "pinned versions", "retry_policy": "retry policy",
                "connect_timeout": "connect timeout", "attempt_timeout": "attempt timeout",
                "max_age_seconds": "maximum event age", "rate_limit_per_s": "rate limit",
-               "max_in_flight": "requests in flight", "headers": "headers", "filter": "filter"}
+               "max_in_flight": "requests in flight", "headers": "headers", "filter": "filter",
+               "tls": "client certificate"}
 
 
 def _value_in_words(name: str, value) -> str:
@@ -257,6 +275,8 @@ def _value_in_words(name: str, value) -> str:
         return f"{value:g} deliveries/s"
     if name == "filter":
         return json.dumps(value)
+    if name == "tls":  # what reads show of it (client_tls.shown)
+        return f"{value['subject']}, expires {value['expires_at']}"
     if name == "headers":  # names, and masked values (own_headers.audit_view)
         return ", ".join(f"{key}: {shown}" for key, shown in value.items())
     if isinstance(value, dict):
@@ -419,7 +439,7 @@ def input_from_form(form, consumer: str | None) -> schemas.SubscriptionInput:
     return checked(schemas.SubscriptionInput, {**limits_from_form(form), "url": form.get("url", "").strip(),
                                                "signature_scheme": form.get("signature_scheme", ""),
                                                "headers": headers_from_form(form, []), "consumer": consumer,
-                                               "filter": filter_from_form(form)})
+                                               "filter": filter_from_form(form), **tls_from_form(form)})
 
 
 def new_form(team, error: str | None, status: int, **more):

@@ -12,10 +12,11 @@ from sqlalchemy import select
 from dashboard.accounts import access
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
-from dashboard.models import AuditEntry, Delivery, DeliveryState, ReplayKind, SubscriptionState, Team
+from dashboard.models import AuditEntry, Delivery, DeliveryState, ReplayKind, Subscription, SubscriptionState, Team
 from dashboard.operations import replays as replay_service
 from dashboard.operations import subscription_status
 from dashboard.stats import latency, outcomes, rollup
+from dashboard.subscriptions import client_tls
 from dashboard.subscriptions import contract as contract_service
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.pages import both, bp
@@ -129,6 +130,18 @@ def subscription(subscription_id):
 def contract(subscription_id):
     sub = access.visible_subscription(subscription_id)
     return render_template("subscriptions/contract.html", c=contract_service.build(sub), sub=sub)
+
+
+@bp.app_template_global()
+def client_certificate(sub: Subscription) -> dict | None:
+    """What pages show of a subscription's client certificate (never its key)."""
+    return client_tls.view_of(sub)
+
+
+@bp.app_template_global()
+def client_certificate_warning(sub: Subscription) -> str | None:
+    """From 14 days before its client certificate ends, the warning its pages show (by the app's clock)."""
+    return client_tls.expiry_warning(sub, current_app.config["CLOCK"].now())
 
 
 @bp.app_template_global()
