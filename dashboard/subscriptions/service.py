@@ -32,7 +32,7 @@ from dashboard.queue.handoff import enqueue
 from dashboard.queue.work import work_item
 from dashboard.schemas import EventInput, SubscriptionEdit, SubscriptionInput
 from dashboard.stats import outcomes
-from dashboard.subscriptions import checks, own_headers
+from dashboard.subscriptions import checks, client_auth, own_headers
 
 
 def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
@@ -44,6 +44,7 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
     consumer = consumers.addressed(team.id, body.consumer)
     quotas.check_subscription_room(team, consumer)
     headers = own_headers.checked(dict(body.headers))
+    auth = client_auth.checked(body.auth.model_dump() if body.auth else None, headers)
     secret = signing.new_secret()
     sub = Subscription(team_id=team.id, consumer_id=consumer.id if consumer else None, url=body.url, event_types=list(body.event_types),
                        event_versions=dict(body.event_versions), retry_policy=body.retry_policy,
@@ -52,13 +53,14 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        max_age_seconds=body.max_age_seconds, rate_limit_per_s=body.rate_limit_per_s,
                        max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
                        filter=filters.checked(body.filter), headers_ciphertext=own_headers.ciphertext(headers),
-                       state=SubscriptionState.ACTIVE)
+                       auth_ciphertext=client_auth.ciphertext(auth), state=SubscriptionState.ACTIVE)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub,
                  detail={"url": sub.url} | ({"consumer": consumer.uid} if consumer else {})
                  | ({"filter": sub.filter} if sub.filter is not None else {})
-                 | ({"headers": own_headers.masked(headers)} if headers else {}))
+                 | ({"headers": own_headers.masked(headers)} if headers else {})
+                 | ({"auth": client_auth.masked(auth)} if auth else {}))
     db.session.commit()
     return sub, secret
 
@@ -86,12 +88,17 @@ def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
     # Own headers merge into the stored ones, and stay encrypted: the audit log sees names only.
     before = own_headers.stored(sub) if "headers" in values else None
     after = own_headers.merged(sub, values.pop("headers")) if "headers" in values else None
+    # OAuth2 client credentials are replaced whole (a missing secret kept), encrypted, audited masked.
+    auth = client_auth.edited(sub, values.pop("auth", client_auth.UNCHANGED), after)
     changed = {name: (getattr(sub, name), value) for name, value in values.items() if getattr(sub, name) != value}
     for name, (_, value) in changed.items():
         setattr(sub, name, value)
     if after is not None and after != before:
         sub.headers_ciphertext = own_headers.ciphertext(after)
         changed["headers"] = own_headers.audit_view(before, after)
+    if auth is not None:
+        sub.auth_ciphertext = client_auth.ciphertext(auth[1])
+        changed["auth"] = client_auth.audit_view(*auth)
     if changed:
         sub.updated_at = current_app.config["CLOCK"].now()
         audit.record("subscription.edited", subscription=sub, detail={
