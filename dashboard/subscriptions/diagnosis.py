@@ -136,6 +136,7 @@ class Diagnosis:
     consumer: str | None = None  # the uid of the consumer whose endpoint it is (None: the team's own)
     consumer_disabled: bool = False  # its deliveries are held by the consumer, whatever the endpoint does
     own_headers: tuple[str, ...] = ()  # the names of the receiver's own headers: a 401 may be about them
+    bearer: bool = False  # it sends an OAuth2 bearer token: a 401 may be about that
 
     def advice(self, group: Group) -> str:
         text = ADVICE[group.cause].format(limit=self.limit_seconds)
@@ -146,6 +147,10 @@ class Diagnosis:
             text += (f" Or its gateway refuses the headers this subscription sends ({', '.join(self.own_headers)}): "
                      "edit the subscription and give the values the receiver expects now (they are never shown, "
                      "so type them again).")
+        if group.cause == "unauthorized" and self.bearer:
+            text += (" Or it refuses the OAuth2 bearer token Promesa gets from the subscription's token URL (Promesa "
+                     "already asks for a fresh one once on a 401): check that the receiver trusts that authorization "
+                     "server, and the scope and audience the token is asked for.")
         return text
 
 
@@ -188,7 +193,8 @@ def diagnose(sub: Subscription, now: dt.datetime) -> Diagnosis:
                      p95_ms=p95(timed), groups=ordered, limit_seconds=sub.attempt_timeout,
                      consumer=sub.consumer.uid if sub.consumer_id is not None else None,
                      consumer_disabled=sub.consumer_id is not None and sub.consumer.state == ConsumerState.DISABLED,
-                     own_headers=tuple(own_headers.names(sub)) if "unauthorized" in groups else ())
+                     own_headers=tuple(own_headers.names(sub)) if "unauthorized" in groups else (),
+                     bearer=sub.auth_ciphertext is not None)
 
 
 def as_json(sub: Subscription, d: Diagnosis) -> dict:

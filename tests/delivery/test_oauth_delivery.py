@@ -96,6 +96,8 @@ def test_a_401_gets_a_fresh_token_once_and_the_attempt_succeeds(app, producer, c
         assert tokens.asked() == 3 and receiver.count() == before + 2  # refreshed once, not in a loop
         last = db.session.scalar(select(Attempt).order_by(Attempt.id.desc()).limit(1))
         assert last.status_code == 401 and last.error is None
+        groups = producer.get(f"/api/v1/subscriptions/{sub['id']}/diagnosis").get_json()["groups"]
+        assert [g["cause"] for g in groups] == ["unauthorized"] and "OAuth2 bearer token" in groups[0]["advice"]
 
 
 @sqlite_only
