@@ -103,6 +103,7 @@ def test_a_401_gets_a_fresh_token_once_and_the_attempt_succeeds(app, producer, c
 @sqlite_only
 @pytest.mark.parametrize("fault, error", [
     ("down", "auth failed: token endpoint: connection error"),
+    ("private", "auth failed: token endpoint: private address refused"),  # the engine's SSRF rules hold for it
     (503, "auth failed: the token endpoint answered 503 (temporarily_unavailable)"),
     ("wrong secret", "auth failed: the token endpoint answered 401 (invalid_client)"),
 ])
@@ -120,11 +121,12 @@ def test_a_failing_token_endpoint_gives_auth_failed_attempts_and_their_diagnosis
         else:
             tokens.status = fault
         sub = producer.subscribe(receiver.url + "/ok", auth=auth)
+        app.config["PROMESA_ALLOW_PRIVATE_TARGETS"] = fault != "private"
         engine = DeliveryEngine(app, WorkQueue.for_app(app), clock)
         publish_many(producer, 3)
         deliver(engine, clock)
         assert receiver.count() == 0  # nothing is sent without a token
-        assert tokens.asked() == (0 if fault == "down" else 1)  # once for the three
+        assert tokens.asked() == (0 if fault in ("down", "private") else 1)  # once for the three
         assert states(sub["id"]) == {"scheduled": 3}  # a failed attempt: retried with backoff
         attempts = db.session.scalars(select(Attempt)).all()
         assert len(attempts) == 3 and all(a.error.startswith(error) and a.status_code is None for a in attempts)
@@ -135,7 +137,7 @@ def test_a_failing_token_endpoint_gives_auth_failed_attempts_and_their_diagnosis
         assert group["cause"] == "auth_failed" and group["count"] == 3
         assert "token URL" in group["advice"] and "client id and secret" in group["advice"]
 
-        if fault == "down":
+        if fault in ("down", "private"):
             return
         tokens.status = None
         clock.advance(seconds=60)  # the second attempt's turn (30 s at most, after the first)
