@@ -139,9 +139,49 @@ _TLS_ABOUT = ("mutual TLS: a client certificate presented on every HTTPS deliver
               "and CA certificates trusted besides the system's. The key must be the certificate's and the "
               "certificate in date (422). Reads show its subject, issuer and expiry, never the key")
 
+# A receiver's OAuth2 client credentials (dashboard.subscriptions.client_auth checks the token URL as an endpoint's).
+URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\ufeff]+$"
+PRINTABLE_PATTERN = r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$"  # visible ASCII, inner spaces; no CR, LF or NUL
+_PRINTABLE_WORDS = "printable ASCII without CR, LF or NUL, not starting or ending with a space"
+_AUTH_ABOUT = ("OAuth2 client credentials: Promesa gets a bearer token from token_url (under the endpoint URL's "
+               "rules and timeouts), keeps it until shortly before it expires, and sends Authorization: Bearer with "
+               "every attempt, test event and receiver check. The client secret is encrypted at rest and reads show "
+               "it masked")
+
+
+class ClientCredentialsInput(Body):
+    type: Annotated[Literal["oauth2_client_credentials"], Must("oauth2_client_credentials")]
+    token_url: Annotated[str, Field(min_length=1, max_length=2048, pattern=URL_PATTERN,
+                                    examples=["https://auth.example.com/oauth/token"]),
+                         Must("an http:// or https:// URL of at most 2048 characters")]
+    client_id: Annotated[str, Field(max_length=256, pattern=PRINTABLE_PATTERN),
+                         Must(f"1 to 256 characters, {_PRINTABLE_WORDS}")]
+    client_secret: Annotated[str, Field(max_length=1024, pattern=PRINTABLE_PATTERN, repr=False,
+                                        description="never shown again (a masked value, as reads show it, is not "
+                                                    "a value)"),
+                             Must(f"1 to 1024 characters, {_PRINTABLE_WORDS}")]
+    scope: Annotated[str | None, Field(max_length=1024, pattern=PRINTABLE_PATTERN,
+                                       description="sent as the token request's scope, when given"),
+                     Must(f"at most 1024 characters, {_PRINTABLE_WORDS}, or null")] = None
+    audience: Annotated[str | None, Field(max_length=2048, pattern=PRINTABLE_PATTERN,
+                                          description="sent as the token request's audience, when given"),
+                        Must(f"at most 2048 characters, {_PRINTABLE_WORDS}, or null")] = None
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"type": "oauth2_client_credentials", "token_url": "https://auth.example.com/oauth/token",
+         "client_id": "promesa", "client_secret": "…", "scope": "webhooks:write"}]})
+
+
+class ClientCredentialsEdit(ClientCredentialsInput):
+    """An edit's auth: without client_secret, the stored one is kept while token_url and client_id stay."""
+    client_secret: Annotated[str | None, Field(max_length=1024, pattern=PRINTABLE_PATTERN, repr=False,
+                                               description="absent or null: keep the stored one (only while "
+                                                           "token_url and client_id stay as they are)"),
+                             Must(f"1 to 1024 characters, {_PRINTABLE_WORDS}, or left out to keep it")] = None
+
 
 class SubscriptionInput(Body):
-    url: Annotated[str, Field(min_length=1, max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\ufeff]+$",
+    url: Annotated[str, Field(min_length=1, max_length=2048, pattern=URL_PATTERN,
                               examples=["https://example.com/hooks"]),
                    Must("an http:// or https:// URL of at most 2048 characters")]
     event_types: Annotated[list[TypePattern], Field(min_length=1, max_length=MAX_EVENT_TYPES,
@@ -183,6 +223,7 @@ class SubscriptionInput(Body):
                                                             json_schema_extra=keys_matching,
                                                             description=_HEADERS_ABOUT),
                        Must(_HEADERS_WORDS)] = {}
+    auth: Annotated[ClientCredentialsInput | None, Field(description=_AUTH_ABOUT + "; null: none")] = None
     consumer: Annotated[str | None, Field(pattern=CONSUMER_UID_PATTERN,
                                           description="the uid of the consumer whose endpoint this is: it receives "
                                                       "only events addressed to that consumer. Absent: the team's own "
@@ -209,6 +250,7 @@ def _edit_fields() -> dict:
             info = FieldInfo.merge_field_infos(info, default=None)  # given or not; never null when given
         fields[name] = (info.annotation, info)
     fields["headers"] = _headers_patch()
+    fields["auth"] = (ClientCredentialsEdit | None, Field(None, description=_AUTH_ABOUT + "; null removes them"))
     return fields
 
 
@@ -449,6 +491,15 @@ class ClientCertificate(BaseModel):
     ca_certificates: bool = Field(description="CA certificates are trusted for the receiver besides the system's")
 
 
+class ClientCredentials(BaseModel):
+    type: Literal["oauth2_client_credentials"]
+    token_url: str
+    client_id: str
+    client_secret: str = Field(description="always \"••••\": never shown again")
+    scope: str | None
+    audience: str | None
+
+
 class Subscription(BaseModel):
     id: str
     url: str
@@ -468,6 +519,8 @@ class Subscription(BaseModel):
                                                              "(never their values)")
     headers: dict[str, str] = Field(default={}, description="the receiver's own headers: names only, every value "
                                                           "shown as \"••••\" (never their values)")
+    auth: ClientCredentials | None = Field(None, description="its OAuth2 client credentials, the secret shown as "
+                                                            "\"••••\"; null: none")
     consumer: str | None = Field(description="the uid of the consumer whose endpoint this is; null: the team's own")
     filter: dict[str, Any] | None = Field(description="its payload filter; null: every event of its types")
     tls: ClientCertificate | None = Field(default=None, description="its client certificate for mutual TLS (never "

@@ -55,7 +55,7 @@ from sqlalchemy import (
 from dashboard.core import crypto
 from dashboard.core.clock import from_unix, unix
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, retry_on_lost_connection
-from dashboard.delivery import http, tls
+from dashboard.delivery import http, oauth, tls
 from dashboard.delivery.policies import Decision, Outcome, decide, policy_for
 from dashboard.delivery.ratelimit import RateLimiter, at_turn
 from dashboard.models import (
@@ -298,6 +298,7 @@ class DeliveryEngine:
         self.allow_private = cfg["PROMESA_ALLOW_PRIVATE_TARGETS"]
         self._secrets: dict[str, str] = {}
         self.tls = tls.Contexts(self._secret)  # client certificates, one SSLContext per setting
+        self.tokens = oauth.Tokens(clock, self._secret, self.allow_private)  # OAuth2 bearer tokens, this worker's
         # keep_alive: one event loop and one pooled HTTP session for every drain of this engine.
         self.keep_alive = keep_alive
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -821,10 +822,13 @@ class DeliveryEngine:
         except Exception as exc:  # noqa: BLE001 - e.g. a secret that no longer decrypts: this attempt's error
             log.exception("preparing delivery %s failed", item.delivery_id)
             return asyncio.get_running_loop().create_task(http.failed(exc))
-        sending = http.post(
-            session, item.url, item.body, headers, connect_timeout=item.connect_timeout,
+        post = functools.partial(
+            http.post, session, item.url, item.body, connect_timeout=item.connect_timeout,
             attempt_timeout=item.attempt_timeout, excerpt_bytes=self.excerpt_bytes,
             allow_private=self.allow_private, ssl_context=ssl_context)
+        sending = post(headers) if not item.auth_ciphertext else self.tokens.authorized(
+            session, item.subscription_id, item.auth_ciphertext, headers, post,
+            connect_timeout=item.connect_timeout, attempt_timeout=item.attempt_timeout)
         if item.turn is not None:
             sending = at_turn(wait, sending, functools.partial(self.retake, item), gate)
         return asyncio.get_running_loop().create_task(sending)

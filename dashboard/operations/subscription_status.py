@@ -68,6 +68,10 @@ class Status:
         return failure if recent or self.incidents else None
 
 
+# Error classes that need more words than their error's first part.
+ERROR_CLASS_WORDS = {"auth failed": "auth failed (no OAuth2 token)"}
+
+
 def error_class(status_code: int | None, error: str | None) -> str:
     """What kind of failure an attempt was, in a few words: "HTTP 503 (server error)", "timeout",
     "connection error"; the detail follows on the page."""
@@ -80,7 +84,8 @@ def error_class(status_code: int | None, error: str | None) -> str:
         return f"HTTP {status_code}" + (f" ({kind})" if kind else "")
     if not error:
         return "unknown error"
-    return error.split(":", 1)[0]
+    kind = error.split(":", 1)[0]
+    return ERROR_CLASS_WORDS.get(kind, kind)
 
 
 def last_failure(subscription_id: str) -> Attempt | None:

@@ -11,7 +11,8 @@ once its worker is asked to stop; what was answered until then is judged and kep
 It sends through `Sender`: the delivery client's rules (no redirect followed,
 private targets refused unless PROMESA_ALLOW_PRIVATE_TARGETS, the subscription's timeouts and rate
 limit), signed with every secret that signs the subscription's deliveries now, with the receiver's own
-headers where it has some (and one request without them, for rule credentials_required), and each request
+headers where it has some and the OAuth2 bearer token where it has client credentials (and one request without
+them, for rule credentials_required; no request at all when the token cannot be had), and each request
 carries X-Promesa-Check. Nothing is written as a Delivery or an Attempt: check requests never
 show in a delivery count, a chart, an incident or the dead letters.
 """
@@ -37,7 +38,7 @@ from dashboard.core.clock import unix
 from dashboard.core.extensions import db
 from dashboard.core.links import absolute_for
 from dashboard.core.validation import ApiError
-from dashboard.delivery import http, tls
+from dashboard.delivery import http, oauth, tls
 from dashboard.delivery.ratelimit import MAX_WAIT_SECONDS, RateLimiter
 from dashboard.models import Check, CheckState, Subscription, SubscriptionState, Team, previous_signs
 from dashboard.queue import lanes
@@ -180,19 +181,29 @@ def run(check_id: str, contract_url: str | None = None) -> dict:
         seconds = app.config.get("PROMESA_CHECK_DEADLINE_SECONDS", DEADLINE_SECONDS)
         secrets = signing_secrets(sub, clock.now())
         headers = http.own_headers(sub.headers_ciphertext)  # sent as deliveries send them; one step goes without
-        steps = rules.steps(bool(headers))
-        url, scheme, timeout = sub.url, sub.signature_scheme, sub.attempt_timeout
+        url, scheme, timeout, auth = sub.url, sub.signature_scheme, sub.attempt_timeout, sub.auth_ciphertext
         sender = Sender(sub, app, check_id, time.monotonic() + seconds, seconds)
         db.session.commit()  # no transaction held open while the receiver answers
         error = None
         with sender as send:
+            try:
+                headers |= sender.bearer(auth)
+            except oauth.AuthFailed as failed:  # nothing is sent: every request would be refused for want of it
+                _finish(check_id, without_token(rules.judge(url, scheme, {}, allow_private=allow_private,
+                                                            credentials=True, bearer=True)),
+                        error=(f"{failed}. Nothing was sent to the endpoint, and its rules are not judged: fix the "
+                              "subscription's OAuth2 client credentials (or the token endpoint), then run the "
+                              "check again")[:500])
+                return {"check": check_id, "ran": False, "error": str(failed)}
+            steps = rules.steps(bool(headers))
             try:
                 _, results = rules.run_check(url, secrets, scheme, send=send, check_id=check_id,
                                              clock=lambda: unix(clock.now()), timeout=timeout,
                                              allow_private=allow_private, contract_url=contract_url, headers=headers)
             except Stopped as stop:  # judge what was answered; the steps not sent are not judged
                 results = rules.judge(url, scheme, dict(zip(steps, sender.answers)), allow_private=allow_private,
-                                      contract_url=contract_url, credentials=bool(headers))
+                                      contract_url=contract_url, credentials=bool(headers),
+                                      bearer=rules.carries_bearer(headers))
                 error = f"stopped after {len(sender.answers)} of {len(steps)} requests: {stop}"
         _finish(check_id, results, error=error)
         return {"check": check_id, "ran": True, "failed": rules.failed(results), "error": error}
@@ -202,6 +213,14 @@ def run(check_id: str, contract_url: str | None = None) -> dict:
         raise
     finally:
         db.session.remove()
+
+
+def without_token(results: list[dict]) -> list[dict]:
+    """The results of a check that got no OAuth2 token: not judged, saying so (https is judged on the URL)."""
+    for result in results:
+        if result["passed"] is None:
+            result["detail"] = "not judged: Promesa got no OAuth2 token for the endpoint (auth failed, see above)"
+    return results
 
 
 def _gone(deleted_at, state) -> str | None:
@@ -255,7 +274,7 @@ class Sender:
         self.seconds = seconds
         self.answers: list[rules.Answer] = []
         self.rate = sub.rate_limit_per_s
-        self.connect_timeout = sub.connect_timeout
+        self.connect_timeout, self.attempt_timeout = sub.connect_timeout, sub.attempt_timeout
         self.allow_private = app.config["PROMESA_ALLOW_PRIVATE_TARGETS"]
         self.excerpt_bytes = app.config["PROMESA_RESPONSE_EXCERPT_BYTES"]
         self.clock = app.config["CLOCK"]
@@ -265,6 +284,7 @@ class Sender:
         self.limiter = RateLimiter(work.conn, app.config["PROMESA_REDIS_PREFIX"], lookahead=MAX_WAIT_SECONDS)
         self.runner = asyncio.Runner()
         self.session = None
+        self.tokens = oauth.Tokens(self.clock, crypto.decrypt, self.allow_private)
 
     def __enter__(self) -> Self:
         async def open_session():
@@ -278,6 +298,15 @@ class Sender:
             self.runner.run(self.session.close())
         finally:
             self.runner.close()
+
+    def bearer(self, auth_ciphertext: str | None) -> dict[str, str]:
+        """The Authorization header of a subscription with OAuth2 client credentials (none without), its token
+        asked for as a delivery's is; oauth.AuthFailed when the token endpoint fails."""
+        if not auth_ciphertext:
+            return {}
+        return oauth.bearer(self.runner.run(self.tokens.token(
+            self.session, self.subscription_id, auth_ciphertext, connect_timeout=self.connect_timeout,
+            attempt_timeout=self.attempt_timeout)))
 
     def out_of_time(self) -> Stopped:
         return Stopped(f"the check's {self.seconds:g} s ran out (the endpoint answers too slowly for all of it)")

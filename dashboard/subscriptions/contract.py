@@ -16,7 +16,7 @@ from dashboard.delivery.policies import (
 from dashboard.ingest import catalog
 from dashboard.ingest.accept import wants
 from dashboard.models import Subscription
-from dashboard.subscriptions import client_tls, own_headers, rotation, snippets
+from dashboard.subscriptions import client_auth, client_tls, own_headers, rotation, snippets
 
 TOLERANCE_SECONDS = 300
 
@@ -163,9 +163,12 @@ def build(sub: Subscription) -> dict:
                   "verification because of that header: anyone can send it. Verify, and answer, exactly as "
                   "for any other delivery." + (" With headers of your own, a sixth request is the correctly "
                                                "signed event without them, which you must refuse."
-                                               if sub.headers_ciphertext else ""),
+                                               if sub.headers_ciphertext else "")
+                  + (" With a bearer token, a request without it is among them, and must be refused too."
+                     if sub.auth_ciphertext else ""),
         "own_headers": own_headers_text(sub),
         "client_certificate": client_tls.contract_terms(sub),
+        "auth": client_auth.contract_text(sub),
         "filter": sub.filter,
         "event_types": sub.event_types,
         "event_versions": sub.event_versions or {},

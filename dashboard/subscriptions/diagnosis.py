@@ -2,7 +2,7 @@
 advice (the seed document's "no recibo notificaciones" checklist, made concrete). It reads the
 attempts Promesa already stores and sends nothing.
 
-The causes, in the order a receiver's owner usually fixes them: DNS name not found, connection
+The causes, in the order a receiver's owner usually fixes them: no OAuth2 token, DNS name not found, connection
 refused, TLS (certificate name, expiry, self-signed), timeout, 3xx, 401/403, 404, 410, 413, 429,
 5xx, then any other 4xx and any other error.
 """
@@ -30,6 +30,11 @@ _REFUSED = ("connect call failed", "connection refused", "errno 111", "private a
 _TLS = ("tls error", "certificate", "[ssl:", "sslerror", "sslcert", "ssl error", "handshake", "wrong version number")
 
 ADVICE = {
+    "auth_failed": "Promesa could not get an OAuth2 access token from this subscription's token URL, so nothing "
+                   "was sent to the endpoint: the error says what the token endpoint did. Check the token URL, the "
+                   "client id and secret, the scope and the audience with the receiver's authorization server (edit "
+                   "the subscription and type the secret again if it changed); the token endpoint must answer 2xx "
+                   "with JSON carrying access_token. Attempts keep their retry schedule meanwhile.",
     "dns": "The endpoint's host name does not resolve: check the URL's spelling and that its DNS record "
            "exists and is public (Promesa sends from the internet, and never to private addresses).",
     "refused": "Nothing accepts connections at that host and port: is the server running, listening on "
@@ -67,6 +72,7 @@ ADVICE = {
 }
 
 LABELS = {
+    "auth_failed": "OAuth2 token not obtained",
     "dns": "DNS name not found", "refused": "Connection refused", "tls_name": "TLS: certificate name",
     "tls_expired": "TLS: certificate expired", "tls_self_signed": "TLS: self-signed certificate",
     "tls_client_certificate": "TLS: client certificate refused", "tls": "TLS error", "timeout": "Timeout", "redirect": "3xx redirect", "unauthorized": "401 or 403",
@@ -91,6 +97,8 @@ def cause(status_code: int | None, error: str | None) -> str | None:
             return named[status_code]
         return "server_error" if status_code >= 500 else "client_error"
     text = (error or "").lower()
+    if text.startswith("auth failed"):  # the token endpoint's failure, whatever it was (a timeout, a refusal)
+        return "auth_failed"
     if text.startswith("timeout") or "timed out" in text:
         return "timeout"
     if any(word in text for word in _TLS):
@@ -134,6 +142,7 @@ class Diagnosis:
     consumer: str | None = None  # the uid of the consumer whose endpoint it is (None: the team's own)
     consumer_disabled: bool = False  # its deliveries are held by the consumer, whatever the endpoint does
     own_headers: tuple[str, ...] = ()  # the names of the receiver's own headers: a 401 may be about them
+    bearer: bool = False  # it sends an OAuth2 bearer token: a 401 may be about that
 
     def advice(self, group: Group) -> str:
         text = ADVICE[group.cause].format(limit=self.limit_seconds)
@@ -144,6 +153,10 @@ class Diagnosis:
             text += (f" Or its gateway refuses the headers this subscription sends ({', '.join(self.own_headers)}): "
                      "edit the subscription and give the values the receiver expects now (they are never shown, "
                      "so type them again).")
+        if group.cause == "unauthorized" and self.bearer:
+            text += (" Or it refuses the OAuth2 bearer token Promesa gets from the subscription's token URL (Promesa "
+                     "already asks for a fresh one once on a 401): check that the receiver trusts that authorization "
+                     "server, and the scope and audience the token is asked for.")
         return text
 
 
@@ -186,7 +199,8 @@ def diagnose(sub: Subscription, now: dt.datetime) -> Diagnosis:
                      p95_ms=p95(timed), groups=ordered, limit_seconds=sub.attempt_timeout,
                      consumer=sub.consumer.uid if sub.consumer_id is not None else None,
                      consumer_disabled=sub.consumer_id is not None and sub.consumer.state == ConsumerState.DISABLED,
-                     own_headers=tuple(own_headers.names(sub)) if "unauthorized" in groups else ())
+                     own_headers=tuple(own_headers.names(sub)) if "unauthorized" in groups else (),
+                     bearer=sub.auth_ciphertext is not None)
 
 
 def as_json(sub: Subscription, d: Diagnosis) -> dict:

@@ -32,7 +32,7 @@ from dashboard.queue.handoff import enqueue
 from dashboard.queue.work import work_item
 from dashboard.schemas import EventInput, SubscriptionEdit, SubscriptionInput
 from dashboard.stats import outcomes
-from dashboard.subscriptions import checks, client_tls, own_headers
+from dashboard.subscriptions import checks, client_auth, client_tls, own_headers
 
 
 def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
@@ -45,6 +45,7 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
     quotas.check_subscription_room(team, consumer)
     headers = own_headers.checked(dict(body.headers))
     tls = client_tls.checked(body.tls.model_dump(), current_app.config["CLOCK"].now()) if body.tls else None
+    auth = client_auth.checked(body.auth.model_dump() if body.auth else None, headers)
     secret = signing.new_secret()
     sub = Subscription(team_id=team.id, consumer_id=consumer.id if consumer else None, url=body.url, event_types=list(body.event_types),
                        event_versions=dict(body.event_versions), retry_policy=body.retry_policy,
@@ -53,7 +54,7 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        max_age_seconds=body.max_age_seconds, rate_limit_per_s=body.rate_limit_per_s,
                        max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
                        filter=filters.checked(body.filter), headers_ciphertext=own_headers.ciphertext(headers),
-                       state=SubscriptionState.ACTIVE)
+                       auth_ciphertext=client_auth.ciphertext(auth), state=SubscriptionState.ACTIVE)
     client_tls.apply(sub, tls)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
@@ -61,6 +62,7 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                  detail={"url": sub.url} | ({"consumer": consumer.uid} if consumer else {})
                  | ({"filter": sub.filter} if sub.filter is not None else {})
                  | ({"headers": own_headers.masked(headers)} if headers else {})
+                 | ({"auth": client_auth.masked(auth)} if auth else {})
                  | ({"tls": tls.view()} if tls else {}))
     db.session.commit()
     return sub, secret
@@ -93,6 +95,8 @@ def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
     tls_given, tls = "tls" in values, values.pop("tls", None)
     tls_changed = client_tls.edited(sub, tls and tls.model_dump(), current_app.config["CLOCK"].now()) \
         if tls_given else None
+    # OAuth2 client credentials are replaced whole (a missing secret kept), encrypted, audited masked.
+    auth = client_auth.edited(sub, values.pop("auth", client_auth.UNCHANGED), after)
     changed = {name: (getattr(sub, name), value) for name, value in values.items() if getattr(sub, name) != value}
     for name, (_, value) in changed.items():
         setattr(sub, name, value)
@@ -101,6 +105,9 @@ def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
         changed["headers"] = own_headers.audit_view(before, after)
     if tls_changed is not None:
         changed["tls"] = tls_changed
+    if auth is not None:
+        sub.auth_ciphertext = client_auth.ciphertext(auth[1])
+        changed["auth"] = client_auth.audit_view(*auth)
     if changed:
         sub.updated_at = current_app.config["CLOCK"].now()
         audit.record("subscription.edited", subscription=sub, detail={

@@ -18,7 +18,9 @@ Three layers, each usable alone:
 
 An endpoint with headers of its own (``headers={"X-Api-Key": ...}``: what its gateway demands) gets them
 on every request, and one more: the correctly signed event without them (``CREDENTIALS_STEP``), which
-rule ``credentials_required`` expects refused. Without such headers that step is not sent and that rule
+rule ``credentials_required`` expects refused. An ``Authorization: Bearer`` header among them (the OAuth2
+token Promesa gets for a subscription with client credentials) is left out of that request too, and the rule's
+words speak of the token. Without such headers that step is not sent and that rule
 is left out of the results (``RULES`` are the rules of every check; ``ALL_RULES`` adds it).
 """
 
@@ -56,6 +58,7 @@ __all__ = [
     "CheckRequest",
     "Send",
     "build",
+    "carries_bearer",
     "failed",
     "judge",
     "new_check_id",
@@ -349,27 +352,48 @@ def _rejected(rule: str, answer: Answer | None, signed_ok: bool, w: _Words) -> d
                    "(a wrong path, a missing resource, a limit), and misleads whoever reads the attempt log.")
 
 
-def _credentials(answer: Answer | None, signed_ok: bool) -> dict:
+@dataclass(frozen=True)
+class _Lacking:
+    """What the request sent for credentials_required goes without, in the words of its detail and advice."""
+
+    what: str  # "the endpoint's own headers"
+    accepted: str  # the advice when the endpoint accepted it anyway
+    refuse_with: str  # "401 or 403"
+
+
+_HEADERS_LACKING = _Lacking(
+    "the endpoint's own headers",
+    "your endpoint accepted a request without the headers set on this subscription: anyone who knows the URL gets "
+    "that far. Make your gateway or handler require them (compare the value in constant time) and answer 401 or "
+    "403 without them; or remove them from the subscription if you do not mean to check them.",
+    "401 or 403 to a request without the subscription's headers")
+_BEARER_LACKING = _Lacking(
+    "the bearer token (nor any header of the endpoint's own)",
+    "your endpoint accepted a request without the bearer token: anyone who knows the URL gets that far. Make your "
+    "gateway or handler require a valid token from your authorization server (Authorization: Bearer) and answer "
+    "401 without one; or remove the OAuth2 client credentials from the subscription if you do not mean to check "
+    "them.",
+    "401 to a request without the bearer token")
+
+
+def _credentials(answer: Answer | None, signed_ok: bool, bearer: bool = False) -> dict:
     rule = CREDENTIALS_RULE
     if not signed_ok:  # a refusal tells nothing when the credentialed event was refused too
         return _result(rule, None, NOT_JUDGED_DEPENDENT)
-    detail = f"a correctly signed event without the endpoint's own headers: {_seen(answer)}"
+    lacking = _BEARER_LACKING if bearer else _HEADERS_LACKING
+    detail = f"a correctly signed event without {lacking.what}: {_seen(answer)}"
     if answer is None or answer.status is None:
         return _result(rule, None, f"could not be judged: {detail}")
     status = answer.status
     if status in REJECTING:
         return _result(rule, True, detail)
     if 200 <= status < 300:
-        return _result(rule, False, detail,
-                       "your endpoint accepted a request without the headers set on this subscription: anyone who "
-                       "knows the URL gets that far. Make your gateway or handler require them (compare the value "
-                       "in constant time) and answer 401 or 403 without them; or remove them from the subscription "
-                       "if you do not mean to check them.")
+        return _result(rule, False, detail, lacking.accepted)
     if 300 <= status < 400:
         return _result(rule, False, detail, "your endpoint redirected instead of refusing: see no_redirect.")
     return _result(rule, False, detail,
-                   f"answer 401 or 403 to a request without the subscription's headers; {status} says something "
-                   "else (a failure, a wrong path, a limit), and hides the refusal.")
+                   f"answer {lacking.refuse_with}; {status} says something else (a failure, a wrong path, a "
+                   "limit), and hides the refusal.")
 
 
 def _no_redirect(url: str, answers: Mapping[str, Answer]) -> dict:
@@ -412,12 +436,12 @@ def _https(url: str, allow_private: bool) -> dict:
 
 
 def judge(url: str, scheme: str, answers: Mapping[str, Answer], *, allow_private: bool = False,
-          contract_url: str | None = None, credentials: bool = False) -> list[dict]:
+          contract_url: str | None = None, credentials: bool = False, bearer: bool = False) -> list[dict]:
     """The results, one per rule in ``RULES`` order, from the answers by step (a step missing
     from ``answers`` was not sent). ``allow_private``: a loopback URL leaves ``https`` not judged.
     ``contract_url``: the subscription's contract page, linked from the verification advice.
     ``credentials``: the endpoint has headers of its own, so ``credentials_required`` is judged too
-    (in ``ALL_RULES`` order)."""
+    (in ``ALL_RULES`` order); ``bearer``: among them an ``Authorization`` header (an OAuth2 bearer token)."""
     w = _words(normalise_scheme(scheme), contract_url)
     unknown = set(answers) - set(steps(True))
     if unknown:
@@ -429,7 +453,7 @@ def judge(url: str, scheme: str, answers: Mapping[str, Answer], *, allow_private
                 for rule, step in (("forged_rejected", "forged"), ("stale_rejected", "stale"),
                                    ("tampered_rejected", "tampered"))]
     if credentials:
-        results.append(_credentials(answers.get(CREDENTIALS_STEP), signed_ok))
+        results.append(_credentials(answers.get(CREDENTIALS_STEP), signed_ok, bearer))
     results += [_no_redirect(url, answers), _https(url, allow_private)]
     redirected = next((step for step, a in answers.items() if a.status is not None and 300 <= a.status < 400), None)
     for result in results:
@@ -511,7 +535,13 @@ def run_check(url: str, secrets: Sequence[str] | str, scheme: str = "promesa", *
         if step == "signed" and answers[step].status is None:
             break
     return check_id, judge(url, scheme, answers, allow_private=allow_private, contract_url=contract_url,
-                           credentials=bool(headers))
+                           credentials=bool(headers), bearer=carries_bearer(headers))
+
+
+def carries_bearer(headers: Mapping[str, str] | None) -> bool:
+    """Do the endpoint's credentials include a bearer token (an ``Authorization: Bearer`` header)?"""
+    return any(name.lower() == "authorization" and value.lower().startswith("bearer ")
+               for name, value in (headers or {}).items())
 
 
 # -- the report ------------------------------------------------------------------------------------

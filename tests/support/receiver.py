@@ -34,7 +34,21 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
 
 
-class Receiver:
+class Serving:
+    """A server on a thread of its own while in a `with` block (`self.server`: a socketserver server)."""
+
+    server: ThreadingHTTPServer
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Receiver(Serving):
     def __init__(self, port: int = 0):  # a port: to come back where a stopped receiver was
         self.requests: list[Received] = []
         self.hits: Counter = Counter()
@@ -110,14 +124,6 @@ class Receiver:
         """Block until at least n requests have arrived (condition wait, not a sleep)."""
         with self.arrived:
             return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
-
-    def __enter__(self):
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class GatedReceiver(Receiver):

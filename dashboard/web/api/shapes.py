@@ -23,7 +23,7 @@ from dashboard.ingest import quotas
 from dashboard.operations import incidents as incident_service
 from dashboard.operations import replays as replay_service
 from dashboard.operations.incident_rules import title
-from dashboard.subscriptions import client_tls, own_headers, rotation
+from dashboard.subscriptions import client_auth, client_tls, own_headers, rotation
 
 
 def signing_secrets(sub: Subscription, now) -> list[dict]:
@@ -38,7 +38,7 @@ def subscription(sub: Subscription) -> dict:
             "attempt_timeout": sub.attempt_timeout, "max_age_seconds": sub.max_age_seconds,
             "rate_limit_per_s": sub.rate_limit_per_s, "max_in_flight": sub.max_in_flight,
             "signing_secrets": signing_secrets(sub, current_app.config["CLOCK"].now()),
-            "headers": own_headers.masked_of(sub),
+            "headers": own_headers.masked_of(sub), "auth": client_auth.masked_of(sub),
             "consumer": sub.consumer.uid if sub.consumer_id is not None else None, "filter": sub.filter,
             "tls": client_tls.view_of(sub), "created_at": iso(sub.created_at), "deleted_at": iso(sub.deleted_at)}
 

@@ -14,7 +14,7 @@ from dashboard.core.clock import unix
 from dashboard.core.extensions import db
 from dashboard.delivery.http import delivery_headers
 from dashboard.models import Delivery
-from dashboard.subscriptions import own_headers
+from dashboard.subscriptions import client_auth, own_headers
 from dashboard.web.pages import both
 
 SIGNATURE_HEADERS = (signing.PROMESA_HEADER, "webhook-signature")
@@ -37,7 +37,8 @@ def request_as_sent(d: Delivery) -> tuple[int, dict[str, str]]:
                                scheme=d.subscription.signature_scheme,
                                secrets=[crypto.decrypt(d.subscription.secret_ciphertext)],
                                timestamp=int(unix(when)), body=d.event.body.encode("utf-8"),
-                               own=own_headers.masked_of(d.subscription))  # names only: values are credentials
+                               own=own_headers.masked_of(d.subscription)  # names only: values are credentials
+                               | client_auth.masked_header(d.subscription))
     return number, shorten_signatures(headers)
 
 

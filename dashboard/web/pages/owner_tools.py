@@ -39,7 +39,7 @@ from dashboard.ingest import catalog
 from dashboard.ingest.quotas import QuotaExceeded
 from dashboard.models import Consumer, Delivery, Team
 from dashboard.operations import notifications
-from dashboard.subscriptions import client_tls, contract, examples, own_headers, rotation
+from dashboard.subscriptions import client_auth, client_tls, contract, examples, own_headers, rotation
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.pages import both, bp, portal_bp, shown_once
 from dashboard.web.pages.subscriptions import deliveries
@@ -53,7 +53,8 @@ GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (8
 
 @bp.app_context_processor
 def _owner_tools():
-    return {"owner_tools": panel, "own_header_names": own_headers.names, "max_own_headers": own_headers.MAX_HEADERS}
+    return {"owner_tools": panel, "own_header_names": own_headers.names, "max_own_headers": own_headers.MAX_HEADERS,
+            "client_auth_of": client_auth.masked_of}
 
 
 def panel(sub) -> dict:
@@ -176,6 +177,22 @@ def tls_from_form(form, sub=None) -> dict:
     return {"tls": setting}
 
 
+AUTH_FIELDS = ("token_url", "client_id", "client_secret", "scope", "audience")
+
+
+def auth_from_form(form):
+    """The OAuth2 fieldset as the API's `auth`: None when its boxes are all empty (none, or removed on an edit),
+    client_secret left out when its box is (an edit keeps the stored one); client_auth.UNCHANGED for a form
+    without the fieldset."""
+    if "auth_token_url" not in form:
+        return client_auth.UNCHANGED
+    given = {name: form.get(f"auth_{name}", "").strip() for name in AUTH_FIELDS}
+    if not any(given.values()):
+        return None
+    return {"type": client_auth.TYPE, **{name: value or None for name, value in given.items()
+                                         if value or name != "client_secret"}}
+
+
 def in_portal() -> bool:
     """Is a consumer using these tools in its portal (not a user on the dashboard)?"""
     return access.is_portal(current_user)
@@ -221,6 +238,9 @@ def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
     given = filter_from_form(form)
     if given != sub.filter:  # None clears it
         payload["filter"] = given
+    auth = auth_from_form(form)
+    if auth is not client_auth.UNCHANGED and (auth is not None or sub.auth_ciphertext):
+        payload["auth"] = auth
     return checked(schemas.SubscriptionEdit, payload | tls_from_form(form, sub))
 
 
@@ -261,7 +281,7 @@ FIELD_WORDS = {"url": "endpoint URL", "description": "description", "event_types
                "connect_timeout": "connect timeout", "attempt_timeout": "attempt timeout",
                "max_age_seconds": "maximum event age", "rate_limit_per_s": "rate limit",
                "max_in_flight": "requests in flight", "headers": "headers", "filter": "filter",
-               "tls": "client certificate"}
+               "tls": "client certificate", "auth": "OAuth2 client credentials"}
 
 
 def _value_in_words(name: str, value) -> str:
@@ -277,6 +297,8 @@ def _value_in_words(name: str, value) -> str:
         return json.dumps(value)
     if name == "tls":  # what reads show of it (client_tls.shown)
         return f"{value['subject']}, expires {value['expires_at']}"
+    if name == "auth":  # masked (client_auth.audit_view)
+        return client_auth.in_words(value)
     if name == "headers":  # names, and masked values (own_headers.audit_view)
         return ", ".join(f"{key}: {shown}" for key, shown in value.items())
     if isinstance(value, dict):
@@ -439,7 +461,12 @@ def input_from_form(form, consumer: str | None) -> schemas.SubscriptionInput:
     return checked(schemas.SubscriptionInput, {**limits_from_form(form), "url": form.get("url", "").strip(),
                                                "signature_scheme": form.get("signature_scheme", ""),
                                                "headers": headers_from_form(form, []), "consumer": consumer,
-                                               "filter": filter_from_form(form), **tls_from_form(form)})
+                                               "filter": filter_from_form(form),
+                                               "auth": _given(auth_from_form(form)), **tls_from_form(form)})
+
+
+def _given(auth):
+    return None if auth is client_auth.UNCHANGED else auth
 
 
 def new_form(team, error: str | None, status: int, **more):
