@@ -8,6 +8,7 @@ a missing service fails the run with a clear message instead.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 import sqlalchemy as sa
+from werkzeug.security import generate_password_hash
 
 from dashboard.app import create_app
 from dashboard.core.clock import FrozenClock
@@ -249,11 +251,20 @@ def users(app):
     for role, team in [("admin", None), ("operator", None), ("oncall", None), ("owner", acme), ("member", acme),
                        ("outsider", other)]:
         user = User(email=f"{role}@example.com", role="owner" if role == "outsider" else role, team=team)
-        user.set_password("pw-" + role)
+        user.password_hash = _fixture_password_hash("pw-" + role)
         db.session.add(user)
         made[role] = user
     db.session.commit()
     return made
+
+
+@functools.cache
+def _fixture_password_hash(password: str) -> str:
+    """A real scrypt hash of a fixture person's password, made once per test process at a low cost.
+
+    Signing in checks it with the product's own check; the product's cost (N=32768) took most of a second a hash
+    on CI's two cores, six times in every test with `users`. The tests that set a password go through the product."""
+    return generate_password_hash(password, method="scrypt:1024:8:1")
 
 
 class Auth:
