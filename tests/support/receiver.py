@@ -112,7 +112,8 @@ class Receiver:
             return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
 
     def __enter__(self):
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop's next poll: at the default 0.5 s, a quarter second in every test's teardown.
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         return self
 
     def __exit__(self, *exc):
