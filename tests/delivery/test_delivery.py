@@ -407,6 +407,7 @@ def test_a_pop_that_fills_the_in_flight_slots_is_followed_at_once(app, producer,
 
 
 @pytest.mark.postgres
+@pytest.mark.planner
 def test_the_claim_finds_its_rows_by_primary_key_when_statistics_are_stale(app, producer, receiver, clock,
                                                                            database_url):
     """A queue table's statistics are always behind: ANALYZEd while nothing was due, then thousands
@@ -475,6 +476,7 @@ def test_a_claim_sets_only_columns_no_index_holds():
 
 
 @pytest.mark.postgres
+@pytest.mark.planner
 def test_the_sweeper_condition_can_use_the_due_index_in_a_generic_plan(app, producer, receiver, clock,
                                                                         database_url):
     """ix_deliveries_due holds only rows with a next attempt. Its predicate must follow from

@@ -116,6 +116,7 @@ def test_routing_reads_only_subscriptions_that_can_want_the_type_and_misses_none
 
 
 @pytest.mark.postgres
+@pytest.mark.planner
 def test_on_postgresql_routing_finds_its_subscriptions_by_the_route_keys_index(app, producer, receiver,
                                                                                 database_url):
     """A team's read of one type must not grow with the team's subscriptions: the statement's condition is

@@ -14,6 +14,9 @@ from dashboard.core.extensions import db
 
 from tests.support.portal import link_path, open_portal
 
+# Headers and styles, not SQL.
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
 ORIGIN = "https://app.example.com"
 
 

@@ -22,6 +22,9 @@ from tests.support.pipeline import deliver_due
 from tests.support.portal import link_path, open_portal
 from tests.web.test_browser import assert_no_csp_violations, browser_page, live_url  # noqa: F401 (fixtures)
 
+# The owner tools' forms, as the portal shows them: their SQL is the core tests', run there on both databases.
+ON_SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
 FORM = {"description": "billing", "retry_policy": "exponential", "signature_scheme": "promesa",
         "connect_timeout": "2", "attempt_timeout": "4", "max_age_seconds": "3600", "rate_limit_per_s": ""}
 INVOICE_SCHEMA = {"type": "object", "required": ["resource_id", "amount"],
@@ -73,6 +76,7 @@ def audited(action):
     return [(e.actor_kind, e.actor) for e in db.session.scalars(select(AuditEntry).where(AuditEntry.action == action))]
 
 
+@ON_SQLITE
 def test_a_consumer_creates_an_endpoint_from_the_catalog_and_sees_its_secret_once(portal, producer, receiver):
     declare(producer, "invoice.paid", INVOICE_SCHEMA)
     declare(producer, "invoice.voided")
@@ -122,6 +126,7 @@ def _unescape(html: str) -> str:
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/hook", "http://169.254.169.254/latest/meta-data",
                                  "http://10.0.0.1/hook"])
+@ON_SQLITE
 def test_a_private_address_is_refused_in_words_a_consumer_can_act_on(app, portal, url):
     app.config["PROMESA_ALLOW_PRIVATE_TARGETS"] = False
     resp = portal.post("/portal/endpoints/new", **FORM, url=url, event_types="*")
@@ -133,6 +138,7 @@ def test_a_private_address_is_refused_in_words_a_consumer_can_act_on(app, portal
     assert audited("subscription.created") == []
 
 
+@ON_SQLITE
 def test_a_strict_team_s_consumer_picks_from_the_catalog_only(portal, producer, receiver):
     declare(producer, "invoice.paid")
     resp = producer.client.patch("/api/v1/team", json={"strict_event_types": True}, headers=producer.headers())
@@ -149,6 +155,7 @@ def test_a_strict_team_s_consumer_picks_from_the_catalog_only(portal, producer, 
     assert len(subscriptions(url=receiver.url + "/hook")) == 3
 
 
+@ON_SQLITE
 def test_the_consumer_s_own_quota_holds_and_is_not_shown(portal, producer, receiver):
     quotas.set_override(producer.team, "subscriptions_per_consumer", 1, actor=("system", "test"))
     producer.subscribe(receiver.url + "/other", consumer="cus_2")  # another consumer's: not counted
@@ -161,6 +168,7 @@ def test_the_consumer_s_own_quota_holds_and_is_not_shown(portal, producer, recei
     assert subscriptions(url=receiver.url + "/b") == []
 
 
+@ON_SQLITE
 def test_a_consumer_edits_its_own_endpoint_and_no_other(portal, producer, receiver):
     declare(producer, "invoice.paid")
     own = producer.subscribe(receiver.url + "/old", consumer="cus_1", max_in_flight=3, event_types=["invoice.paid"])
@@ -194,6 +202,7 @@ def test_a_consumer_edits_its_own_endpoint_and_no_other(portal, producer, receiv
     assert subscriptions(url=receiver.url + "/x") == [] and db.session.get(Subscription, other["id"]).deleted_at is None
 
 
+@ON_SQLITE
 def test_a_consumer_deletes_its_endpoint_after_confirming(portal, producer, receiver):
     own = producer.subscribe(receiver.url + "/ok", consumer="cus_1")
     page = portal.page(f"/portal/subscriptions/{own['id']}")
@@ -209,6 +218,7 @@ def test_a_consumer_deletes_its_endpoint_after_confirming(portal, producer, rece
     assert audited("subscription.deleted") == [("portal", "cus_1")]
 
 
+@ON_SQLITE
 def test_a_consumer_rotates_its_secret_with_a_grace_then_ends_the_grace(portal, producer, receiver):
     own = producer.subscribe(receiver.url + "/ok", consumer="cus_1")
     resp = portal.post(f"/portal/subscriptions/{own['id']}/rotate-secret", grace_seconds="3600")
@@ -233,6 +243,7 @@ def test_a_consumer_rotates_its_secret_with_a_grace_then_ends_the_grace(portal, 
     assert audited("subscription.secret_rotated") == [("portal", "cus_1")]
 
 
+@ON_SQLITE
 def test_a_test_event_reaches_the_consumer_s_receiver(app, portal, producer, receiver, clock):
     own = producer.subscribe(receiver.url + "/ok", consumer="cus_1")
     sent = portal.post(f"/portal/subscriptions/{own['id']}/test", headers={"HX-Request": "true"})
@@ -249,6 +260,7 @@ def test_a_test_event_reaches_the_consumer_s_receiver(app, portal, producer, rec
     assert audited("subscription.test_sent") == [("portal", "cus_1")]
 
 
+@ON_SQLITE
 def test_every_portal_form_of_the_owner_tools_answers_a_redirect(app, portal, producer, receiver):
     own = producer.subscribe(receiver.url + "/ok", consumer="cus_1")["id"]
     at = f"/portal/subscriptions/{own}"
@@ -292,8 +304,8 @@ def test_an_example_meets_its_schema_and_is_the_same_every_time(schema):
     assert example_data(schema) == data
 
 
+@ON_SQLITE
 @pytest.mark.slow
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_in_a_browser_a_consumer_creates_copies_rotates_and_deletes_at_both_widths(
         app, producer, receiver, live_url, browser_page):  # noqa: F811
     from playwright.sync_api import expect

@@ -4,6 +4,7 @@ no dashboard route and no /api/v1 route answers a portal session; a change witho
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import func, select
 
 from dashboard.core.extensions import db
@@ -11,6 +12,9 @@ from dashboard.models import AuditEntry, Check, Delivery, Event, Replay, Subscri
 
 from tests.portal.test_portal_pages import csrf, portal, world  # noqa: F401  (fixtures)
 from tests.support.portal import link_path
+
+# Scoping by consumer: plain SQL, which the core tests run on both databases.
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 # Another consumer's things: cus_nbr is the same team's, cus_far another team's (tests/portal/test_portal_pages.py).
 FOREIGN = ("nbr", "far")

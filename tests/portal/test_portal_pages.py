@@ -19,6 +19,9 @@ from tests.conftest import Auth, Producer, _csrf_from
 from tests.support import pipeline
 from tests.support.portal import open_portal
 
+# Portal pages: no SQL of their own; the core tests run theirs on both databases.
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
 # What a portal page of cus_own must never show: users' emails, another consumer (of the team or another team),
 # another team's name, the dashboard's audit log and incident rules.
 NEVER_SHOWN = ("@example.com", "cus_nbr", "Globex", "cus_far", "Umbrella", "zenith-team", "Audit log",

@@ -18,7 +18,7 @@ from werkzeug.serving import make_server
 @contextmanager
 def serving(server):
     """`server` answering on its own thread until the block ends; then its port is closed."""
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     try:
         yield server
     finally:

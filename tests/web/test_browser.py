@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from werkzeug.serving import make_server
 
 from tests.support import pipeline
+from tests.support.served import served
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -57,10 +57,8 @@ def assert_no_csp_violations(page):
 
 @pytest.fixture
 def live_url(app):
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with served(app) as url:
+        yield url
 
 
 def deliver_due(app, clock):

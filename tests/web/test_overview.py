@@ -53,6 +53,7 @@ def test_the_oldest_due_delivery_shows_how_long_it_has_waited(app, client, auth,
 
 
 @pytest.mark.postgres
+@pytest.mark.planner
 def test_each_backlog_figure_is_read_from_an_index_alone(app, producer, receiver, clock, database_url):
     """Counted over the index of every delivery ever made, the backlog was most of the overview at 500,000
     deliveries and the oldest due one took a filter over every due row. ix_deliveries_owed holds the owed rows

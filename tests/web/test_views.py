@@ -124,7 +124,7 @@ def test_receiver_text_is_escaped(app, client, auth, producer, users, clock):
             self.wfile.write(body)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Evil)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     try:
         s = producer.subscribe(f"http://127.0.0.1:{server.server_address[1]}/<b>hook</b>")
         producer.publish()
