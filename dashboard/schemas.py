@@ -775,7 +775,7 @@ class AckEntry(Body):
                                                                     "2xx settles it; anything else, or null (it "
                                                                     "could not be handled), is a failed attempt "
                                                                     "retried by the subscription's retry policy"),
-                      Must("an HTTP status from 200 to 599, or null")]
+                      WholeNumber, Must("an HTTP status from 200 to 599, or null")]
     error: text(500, description="why it failed, in words: recorded with the attempt") = ""
 
 
