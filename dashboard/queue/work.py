@@ -330,6 +330,12 @@ class WorkQueue:
         for sub in subscription_ids:
             self._team_of.setdefault(sub, str(team_id))
 
+    def know_modes(self, modes: dict[str, str]) -> None:
+        """Subscriptions whose mode the caller read (ingest's routing): {id: push or pull}, kept in this process."""
+        known = self._is_pull
+        for sub, mode in modes.items():
+            known[sub] = mode == SubscriptionMode.PULL
+
     def _filed(self, items: list[str]) -> list[str]:
         """team, item, team, item ... for the scripts that file work under its team."""
         known = self._team_of
