@@ -176,6 +176,12 @@ def test_a_paused_pull_subscription_hands_out_nothing(app, producer):
     assert len(pulled(producer, sub)) == 1
     assert WorkQueue.for_app(app).ready_items() == []  # resuming released it to its client, not to the workers
 
+    producer.put_consumer("cus_1")
+    theirs = pull_subscription(producer, consumer="cus_1")
+    producer.put_consumer("cus_1", state="disabled")
+    producer.post("/api/v1/events", {"type": "file.updated", "data": {}, "consumer": "cus_1"})
+    assert pulled(producer, theirs) == []  # nor a disabled consumer's
+
 
 def test_push_workers_never_attempt_a_pull_delivery(app, producer, clock):
     sub = pull_subscription(producer)
