@@ -69,6 +69,16 @@ class SubscriptionState:
     ALL = (ACTIVE, PAUSED, DISABLED)
 
 
+class SubscriptionMode:
+    PUSH = "push"  # POSTed to its URL by the workers
+    PULL = "pull"  # leased to the client that fetches it, settled by its ack (dashboard.delivery.pull)
+
+    ALL = (PUSH, PULL)
+
+
+PULL_TARGET = "pull: fetched by the receiver"
+
+
 class ConsumerState:
     ACTIVE = "active"
     # Its deliveries are held, as for a paused subscription, until it is enabled again.
@@ -269,7 +279,9 @@ class Subscription(db.Model):
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
     # The consumer whose endpoint this is (None: the team's own, for its unaddressed events).
     consumer_id: Mapped[int | None] = mapped_column(ForeignKey("consumers.id"))
-    url: Mapped[str] = mapped_column(String(2048))
+    # None for a pull subscription: its receiver fetches its deliveries.
+    url: Mapped[str | None] = mapped_column(String(2048))
+    mode: Mapped[str] = mapped_column(String(8), default=SubscriptionMode.PUSH, server_default=SubscriptionMode.PUSH)
     description: Mapped[str] = mapped_column(String(500), default="")
     event_types: Mapped[list] = mapped_column(JSON, default=lambda: ["*"])
     # {"file.updated": 2}: receive only that version of that type; types not named arrive in every version.
@@ -313,6 +325,11 @@ class Subscription(db.Model):
 
     team: Mapped[Team] = relationship(back_populates="subscriptions")
     consumer: Mapped[Consumer | None] = relationship()
+
+    @property
+    def target(self) -> str:
+        """Where its deliveries go, as pages name it: its URL, or (pull) that its receiver fetches them."""
+        return PULL_TARGET if self.mode == SubscriptionMode.PULL else self.url
 
 
 def delivering_state(subscriptions, consumers):

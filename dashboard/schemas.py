@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, create_model
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, create_model
 from promesa_receiver.check import ALL_RULES as CHECK_RULES
 from pydantic.fields import FieldInfo
 
@@ -41,6 +41,7 @@ from dashboard.models import (
     IncidentState,
     ReplayKind,
     ReplayState,
+    SubscriptionMode,
     SubscriptionState,
 )
 
@@ -181,9 +182,16 @@ class ClientCredentialsEdit(ClientCredentialsInput):
 
 
 class SubscriptionInput(Body):
+    # Required for push, refused for pull (dashboard.delivery.pull.refuse_push_settings): a 422 that says so.
     url: Annotated[str, Field(min_length=1, max_length=2048, pattern=URL_PATTERN,
-                              examples=["https://example.com/hooks"]),
-                   Must("an http:// or https:// URL of at most 2048 characters")]
+                              examples=["https://example.com/hooks"],
+                              description="where deliveries are POSTed; required for push, absent for pull"),
+                   Must("an http:// or https:// URL of at most 2048 characters")] = None
+    mode: Annotated[Literal[SubscriptionMode.ALL],
+                    Field(description="push: POSTed to `url`; pull: no URL, its receiver fetches deliveries with "
+                                      "GET /subscriptions/{id}/pull and answers with POST .../pull/ack. Cannot "
+                                      "change later"),
+                    Must(f"one of: {', '.join(SubscriptionMode.ALL)}")] = SubscriptionMode.PUSH
     event_types: Annotated[list[TypePattern], Field(min_length=1, max_length=MAX_EVENT_TYPES,
                                                     description="type names or fnmatch patterns such as 'file.*'"),
                            Must(f"a non-empty list of at most {MAX_EVENT_TYPES} type names or patterns "
@@ -244,7 +252,7 @@ def _edit_fields() -> dict:
     fields = {}
     for name, info in SubscriptionInput.model_fields.items():
         # The check is run on request, never edited; an endpoint never moves to another consumer.
-        if name in ("signature_scheme", "check", "consumer"):
+        if name in ("signature_scheme", "check", "consumer", "mode"):
             continue
         if info.is_required():
             info = FieldInfo.merge_field_infos(info, default=None)  # given or not; never null when given
@@ -502,7 +510,8 @@ class ClientCredentials(BaseModel):
 
 class Subscription(BaseModel):
     id: str
-    url: str
+    url: str | None = Field(description="where deliveries are POSTed; null for a pull subscription")
+    mode: Literal[SubscriptionMode.ALL] = Field(description="push, or pull: fetched by its receiver")
     description: str
     event_types: list[str]
     event_versions: dict[str, int]
@@ -815,3 +824,70 @@ class Incident(BaseModel):
 class IncidentList(BaseModel):
     data: list[Incident]
     next_before: str | None
+
+
+# -- pull delivery (dashboard.delivery.pull) ---------------------------------------------------------
+
+MAX_PULL = 100
+LEASE_SECONDS = (5, 300)
+
+
+class PullQuery(BaseModel):
+    """Query strings are text: numbers arrive as "10", so this model converts (it is not strict)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    limit: Annotated[int, Field(ge=1, le=MAX_PULL, description="at most this many deliveries"),
+                     Must(f"a whole number from 1 to {MAX_PULL}")] = 10
+    lease: Annotated[int, Field(ge=LEASE_SECONDS[0], le=LEASE_SECONDS[1],
+                                description="seconds the deliveries handed out are yours to ack: no other client "
+                                            "gets them meanwhile; one not acked by then counts as a failed attempt"),
+                     Must(f"a whole number of seconds from {LEASE_SECONDS[0]} to {LEASE_SECONDS[1]}")] = 30
+
+
+class PulledDelivery(BaseModel):
+    delivery_id: str
+    attempt: int = Field(description="this attempt's number (1 the first time; a lease that ran out counts)")
+    body: str = Field(description="the exact body a push would POST: verify the signature over these characters")
+    headers: dict[str, str] = Field(description="the headers a push would carry (X-Signature or webhook-*, "
+                                                "X-Event-Id, ...): verify with them as a receiver of a push does")
+
+
+class PulledList(BaseModel):
+    data: list[PulledDelivery] = Field(description="due deliveries now leased to you, oldest due first; empty: "
+                                                   "nothing is due (or the subscription or its consumer is paused "
+                                                   "or disabled)")
+
+
+class AckEntry(Body):
+    delivery_id: Annotated[str, Field(pattern=DELIVERY_ID_PATTERN), Must("a delivery id handed out by a pull")]
+    attempt: Annotated[int, Field(ge=1, le=1_000_000, description="the attempt as the pull handed it out: it names the "
+                                                                  "lease this ack answers"),
+                       WholeNumber, Must("the attempt number the pull handed out (a whole number from 1)")]
+    status: Annotated[int | None, Field(ge=200, le=599, description="what handling it came to, as an HTTP status: "
+                                                                    "2xx settles it; anything else, or null (it "
+                                                                    "could not be handled), is a failed attempt "
+                                                                    "retried by the subscription's retry policy"),
+                      WholeNumber, Must("an HTTP status from 200 to 599, or null")]
+    error: text(500, description="why it failed, in words: recorded with the attempt") = ""
+
+
+class AckInput(RootModel[Annotated[list[AckEntry], Field(min_length=1, max_length=MAX_PULL)]]):
+    """[{"delivery_id", "status", "error"?}, ...]: one entry per delivery handled."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, frozen=True)
+
+
+class AckResult(BaseModel):
+    delivery_id: str
+    status: Literal[200, 404, 409] = Field(description="200: recorded; 409: its lease has run out or passed to "
+                                                       "another client (nothing was recorded: the delivery goes on "
+                                                       "without this answer); 404: no such delivery of this "
+                                                       "subscription")
+    state: Literal[DeliveryState.ALL] | None = Field(description="the delivery's state after the ack (200 only)")
+    next_attempt_at: str | None = Field(description="when it is due again, if it was scheduled")
+    error: str | None = Field(description="why it was refused (409 and 404)")
+
+
+class AckResults(BaseModel):
+    data: list[AckResult] = Field(description="one per entry, in the order sent")

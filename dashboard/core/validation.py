@@ -14,7 +14,7 @@ import json
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel, ValidationError
 
 TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}$"  # a producer's event id, and every id in a path
@@ -140,6 +140,8 @@ def _locate(model: type[BaseModel], loc: tuple) -> tuple[str, type[BaseModel] | 
     """Where an error is: the path to the model holding the field ('events[1]'), that model, and the
     field's FieldInfo and name (None when the error is about the model as a whole)."""
     owner, field, name, where = model, None, None, ""
+    if issubclass(model, RootModel):  # a list body: its items' fields are the ones to name
+        owner = _model_in(model.model_fields["root"].annotation) or model
     for index, part in enumerate(loc):
         if field is not None:  # inside a field's value (a list item, a mapping's key): the field is to blame
             break

@@ -170,6 +170,11 @@ def _claim(array: bool):
     )
 
 
+def claim_statement():
+    """The claim (due, not leased, by id), for pull delivery, which leases what its client takes the same way."""
+    return _claim(array=False)
+
+
 # The claim unpacks rows by position: these follow Claimed's fields from event_id on.
 _SENDING_COLUMNS = (EVENTS.c.id.label("event_id"), EVENTS.c.type, EVENTS.c.created_at, EVENTS.c.body,
                     SUBSCRIPTIONS.c.id.label("subscription_id"),
@@ -264,6 +269,20 @@ class Claimed:
     turn: float | None = None  # unix time its rate limit lets it go, when it has one (delivery.ratelimit)
 
 
+def loaded(rows) -> list[Claimed]:
+    """Claimed deliveries from rows of _LOAD or _CLAIM_AND_LOAD."""
+    # Unpacked by position: a Row's attribute lookup, 16 per row, costs more than the claim's SQL.
+    return [Claimed(delivery_id, attempts + 1, attempts + 1 - retry_base, event_id, event_type,
+                    schedule_started_at or created_at, body.encode("utf-8"), *sending)
+            for delivery_id, attempts, retry_base, schedule_started_at, event_id, event_type, created_at, body,
+            *sending in rows]
+
+
+def load(conn, ids: list[str]) -> list[Claimed]:
+    """These deliveries (leased by the caller) with what sending or handing them out needs."""
+    return loaded(conn.execute(_LOAD, {"claimed": ids}).all()) if ids else []
+
+
 @dataclass
 class DrainStats:
     claimed: int = 0
@@ -340,11 +359,7 @@ class DeliveryEngine:
         rows = retry_on_lost_connection(lease, "claiming deliveries")
         if not rows:
             return [], None
-        # Unpacked by position: a Row's attribute lookup, 16 per row, costs more than the claim's SQL.
-        return [Claimed(delivery_id, attempts + 1, attempts + 1 - retry_base, event_id, event_type,
-                        schedule_started_at or created_at, body.encode("utf-8"), *sending)
-                for delivery_id, attempts, retry_base, schedule_started_at, event_id, event_type, created_at, body,
-                *sending in rows], token
+        return loaded(rows), token
 
     def hold(self, items: list[Claimed], token: str) -> None:
         """The subscription is paused or disabled: keep the delivery, do not attempt it."""
@@ -366,8 +381,16 @@ class DeliveryEngine:
         (if Redis is away, the sweeper finds them: they are due and no longer leased)."""
         if not unsent:
             return
+        self.unlease(unsent)
+        try:
+            self.work.push([work_item(item.subscription_id, item.delivery_id) for item, _ in unsent])
+        except REDIS_AWAY:
+            log.warning("Redis is away: %d released deliveries wait for the sweeper", len(unsent))
+
+    def unlease(self, claimed: list[tuple[Claimed, str]]) -> None:
+        """Free these (delivery, lease token) pairs as they were, without an attempt: due for whoever comes next."""
         by_token: dict[str, list[str]] = {}
-        for item, token in unsent:
+        for item, token in claimed:
             by_token.setdefault(token, []).append(item.delivery_id)
 
         def write():
@@ -377,10 +400,6 @@ class DeliveryEngine:
                                  .values(lease_token=None, lease_expires_at=None))
 
         retry_on_lost_connection(write, "releasing unsent deliveries")
-        try:
-            self.work.push([work_item(item.subscription_id, item.delivery_id) for item, _ in unsent])
-        except REDIS_AWAY:
-            log.warning("Redis is away: %d released deliveries wait for the sweeper", len(unsent))
 
     def renew(self, held: dict[str, list[str]]) -> None:
         """Extend the leases of deliveries this drain still holds ({lease token: delivery ids}): one
@@ -432,7 +451,7 @@ class DeliveryEngine:
                 })
             if decision.disable_subscription:
                 to_disable[item.subscription_id] = decision.disable_subscription
-            if decision.state == DeliveryState.SCHEDULED:
+            if decision.state == DeliveryState.SCHEDULED and item.url is not None:  # a pull one waits for its client
                 to_schedule.append((work_item(item.subscription_id, item.delivery_id), unix(decision.next_attempt_at)))
             stats.attempted += 1
             stats.states[decision.state] += 1
@@ -1053,6 +1072,11 @@ class _Drain:
         stats.claimed += len(items)
         stats.claims += 1
         stats.skipped += len(ids) - len(items)  # stale or duplicate ids: someone else has them, or they are done
+        pulled = [item for item in items if item.url is None]
+        if pulled:  # a pull subscription's (a stray work item): its own client fetches it, no worker sends it
+            items = [item for item in items if item.url is not None]
+            stats.skipped += len(pulled)
+            await asyncio.to_thread(engine.unlease, [(item, token) for item in pulled])
         engine.learn_limits(items)
         if engine.rate_limits:
             items = await self._throttle_claimed(items, token)

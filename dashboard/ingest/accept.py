@@ -97,12 +97,13 @@ class Route(NamedTuple):
     event_versions: dict | None
     consumer_id: int | None
     admits: filters.Predicate | None
+    mode: str  # push or pull: a pull subscription's deliveries are not work for the push workers
 
 
 def routes(rows) -> list[Route]:
     """Routing rows (those naming a subscription) as Routes."""
     return [Route(row.id, row.state, row.event_types, row.event_versions, row.consumer_id,
-                  filters.stored(row.filter_json)) for row in rows if row.id is not None]
+                  filters.stored(row.filter_json), row.mode) for row in rows if row.id is not None]
 
 
 def resource_id_of(data: dict) -> str | None:
@@ -128,7 +129,7 @@ def thin_body(event_id: str, event_type: str, version: int, timestamp: str, data
 # JSON text, the key its compiled predicate is kept by: filters.compiled_json), and the event a repeated
 # Idempotency-Key names.
 _ROUTING = select(Subscription.id, Subscription.state, Subscription.event_types, Subscription.event_versions,
-                  Subscription.consumer_id, cast(Subscription.filter, Text).label("filter_json")) \
+                  Subscription.consumer_id, cast(Subscription.filter, Text).label("filter_json"), Subscription.mode) \
     .where(Subscription.team_id == bindparam("team_id"), Subscription.deleted_at.is_(None))
 # On PostgreSQL only (migrations f2c6a8d1e4b7, c5d9e3a7b1f4): a stored column the model does not map, so SQLite
 # has none.
@@ -522,7 +523,7 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
             if existing is None:
                 raise
             return [Accepted(existing.id, len(existing.deliveries), True)]
-    handoff.enqueue(ready, team_id=team.id)
+    handoff.enqueue(ready, team_id=team.id, modes={sub.id: sub.mode for sub in subscriptions})
     for i, result in enumerate(results):
         if result is None:  # repeated inside the batch: the first one's answer, marked as a duplicate
             first = results[seen[checked[i][2]]]

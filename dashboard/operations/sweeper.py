@@ -18,8 +18,9 @@ from sqlalchemy import or_, select
 from dashboard.core.clock import unix
 from dashboard.core.extensions import db
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, redis_outage
+from dashboard.delivery import pull
 from dashboard.ingest import quotas
-from dashboard.models import Delivery, DeliveryState, Subscription
+from dashboard.models import Delivery, DeliveryState, Subscription, SubscriptionMode
 from dashboard.operations import autodisable, incidents, notifications, replays
 from dashboard.operations.retention import pruner_for
 from dashboard.queue import heartbeat
@@ -30,6 +31,8 @@ from dashboard.subscriptions.service import cancel_waiting
 
 log = logging.getLogger(__name__)
 PAGE = 5000
+# Their deliveries are due in the database, and never work for the push workers: their clients pull them.
+PULL_SUBSCRIPTIONS = select(Subscription.id).where(Subscription.mode == SubscriptionMode.PULL)
 
 
 def evaluate_minute(app, now: dt.datetime | None = None) -> None:
@@ -68,7 +71,7 @@ def sweep_once(app, clock=None) -> int:
                 select(Delivery.id, Delivery.subscription_id)
                 .where(Delivery.state.in_(DeliveryState.DUE), Delivery.next_attempt_at <= now,
                        or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now),
-                       Delivery.id > last_id)
+                       Delivery.id > last_id, Delivery.subscription_id.not_in(PULL_SUBSCRIPTIONS))
                 .order_by(Delivery.id).limit(PAGE)).all()
             if not rows:
                 break
@@ -79,6 +82,10 @@ def sweep_once(app, clock=None) -> int:
             if lost:
                 work.push(lost)
                 found += len(lost)
+        # Pull leases that ran out unacked are failed attempts (their clients fetch them again when due).
+        expired = pull.expire_leases(pull.engine_for(app), now)
+        if expired:
+            log.warning("recorded %d pull leases that ran out unacked as failed attempts", expired)
         # Previous secrets whose grace has ended are deleted (they already sign nothing).
         rotation.delete_expired(now)
         cancelled = cancel_for_deleted(now)

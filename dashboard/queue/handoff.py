@@ -104,13 +104,16 @@ def thread_of(app: Flask) -> HandOff | None:
     return app.extensions.get("promesa_handoff")
 
 
-def enqueue(items: list[str], team_id: int | None = None) -> None:
+def enqueue(items: list[str], team_id: int | None = None, modes: dict[str, str] | None = None) -> None:
     """Hand committed deliveries (work items) to the workers: through this process's hand-off thread when
-    it has one (under gunicorn), else at once. If Redis is down the sweeper enqueues them later."""
+    it has one (under gunicorn), else at once. If Redis is down the sweeper enqueues them later.
+    `modes`: {subscription id: push or pull} the caller read with them (ingest's routing)."""
     if not items:
         return
     if team_id is not None:  # the caller knows whose work it is: the push files it without a lookup
         WorkQueue.for_app().know_team({item.rpartition("|")[0] for item in items}, team_id)
+    if modes:  # ... and which of them are pulled by their own clients: the push leaves those out without a lookup
+        WorkQueue.for_app().know_modes(modes)
     thread = thread_of(current_app)
     if thread is not None:
         thread.put(items)

@@ -40,7 +40,7 @@ from flask import current_app
 from rq import Queue
 from sqlalchemy import select
 
-from dashboard.models import Subscription
+from dashboard.models import Subscription, SubscriptionMode
 
 SLOT_TTL_SECONDS = 90
 # A running drain beats this often; one silent for SLOT_STALE_SECONDS no longer keeps others from starting
@@ -212,6 +212,14 @@ def teams_in_database(app, subscription_ids: list[str]) -> dict[str, str]:
     return {sub: str(team) for sub, team in rows}
 
 
+def pull_subscriptions_in_database(app, subscription_ids: list[str]) -> set[str]:
+    """Which of these subscriptions are pull subscriptions (their deliveries wait for their own client)."""
+    table = Subscription.__table__
+    with app.extensions["sqlalchemy"].engine.connect() as conn:
+        return set(conn.execute(select(table.c.id).where(table.c.id.in_(subscription_ids),
+                                                         table.c.mode == SubscriptionMode.PULL)).scalars())
+
+
 _embedded = {}
 _embedded_lock = threading.Lock()
 
@@ -258,7 +266,7 @@ class WorkQueue:
     """The ready queues, the scheduled set and the drain-job slots of one Promesa installation."""
 
     def __init__(self, conn: redis.Redis, prefix: str, queue_name: str, max_drainers: int,
-                 drain_budget_seconds: float = 30.0, team_lookup=None):
+                 drain_budget_seconds: float = 30.0, team_lookup=None, pull_lookup=None):
         self.conn = conn
         self.prefix = prefix
         self.ring_key = f"{prefix}:ready:teams"
@@ -272,6 +280,10 @@ class WorkQueue:
         # subscription ids -> team ids from the database, for subscriptions neither this process nor Redis knows.
         self.team_lookup = team_lookup
         self._team_of: dict[str, str] = {}  # what this process learned: a subscription never changes team
+        # subscription ids -> pull subscriptions among them, from the database; and what this process learned
+        # (a subscription never changes mode): pull deliveries are never pushed.
+        self.pull_lookup = pull_lookup
+        self._is_pull: dict[str, bool] = {}
         self.waiting_teams: frozenset[str] = frozenset()  # teams with ready work after the last pop
         self._room_checked_at = -math.inf
         self._no_room: str | None = None  # why new work waits, as of the last look at Redis's memory
@@ -290,7 +302,8 @@ class WorkQueue:
         made = app.extensions.setdefault("promesa_work_queues", {})
         conn = connect(app)
         if settings not in made or made[settings].conn is not conn:
-            made[settings] = cls(conn, *settings, team_lookup=functools.partial(teams_in_database, app))
+            made[settings] = cls(conn, *settings, team_lookup=functools.partial(teams_in_database, app),
+                                 pull_lookup=functools.partial(pull_subscriptions_in_database, app))
         return made[settings]
 
     # -- who owns what ----------------------------------------------------------------
@@ -317,6 +330,12 @@ class WorkQueue:
         for sub in subscription_ids:
             self._team_of.setdefault(sub, str(team_id))
 
+    def know_modes(self, modes: dict[str, str]) -> None:
+        """Subscriptions whose mode the caller read (ingest's routing): {id: push or pull}, kept in this process."""
+        known = self._is_pull
+        for sub, mode in modes.items():
+            known[sub] = mode == SubscriptionMode.PULL
+
     def _filed(self, items: list[str]) -> list[str]:
         """team, item, team, item ... for the scripts that file work under its team."""
         known = self._team_of
@@ -332,7 +351,7 @@ class WorkQueue:
     def push(self, items) -> bool:
         """Make work items ready now, and start a drain job if none is there to take them. Raises NoRoom
         (what it pushed before stays) when Redis is nearly full."""
-        ids = [str(i) for i in items]
+        ids = self._pushed_by_workers([str(i) for i in items])
         started = False
         for start in range(0, max(len(ids), 1), _CHUNK):
             token = str(uuid.uuid4())
@@ -347,6 +366,20 @@ class WorkQueue:
                 self._enqueue_drain(token)
                 started = True
         return started
+
+    def _pushed_by_workers(self, items: list[str]) -> list[str]:
+        """The items of push subscriptions: a pull subscription's deliveries wait in the database for its client."""
+        if self.pull_lookup is None or not items:
+            return items
+        known = self._is_pull
+        subs = {item.rpartition("|")[0] for item in items}
+        unknown = [sub for sub in subs if sub not in known]
+        if unknown:
+            pulled = self.pull_lookup(unknown)
+            known.update((sub, sub in pulled) for sub in unknown)
+        if not any(known[sub] for sub in subs):
+            return items
+        return [item for item in items if not known[item.rpartition("|")[0]]]
 
     def _check_room(self) -> None:
         now = time.monotonic()

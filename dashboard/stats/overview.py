@@ -106,7 +106,7 @@ class OverviewRow:
         waited = (now - self.oldest_due_at).total_seconds() if self.oldest_due_at else 0
         return (self.incident is None, -self.dead, self.failing_since is None, self.failing_since or now,
                 _STATE_RANK.get(self.sub.state, 2), 1.0 if share is None else share, 1.0 if rate is None else rate,
-                -waited, self.sub.url)
+                -waited, self.sub.target)
 
 
 def overview_rows(session, subs: list[Subscription], now: dt.datetime) -> list[OverviewRow]:

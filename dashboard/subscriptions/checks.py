@@ -123,6 +123,8 @@ def start(sub: Subscription) -> Check:
         raise ApiError(409, "this subscription is deleted: its history stays readable, nothing else changes")
     if sub.state == SubscriptionState.DISABLED:
         raise ApiError(409, "this subscription is disabled: enable it (or pause it) to check its receiver")
+    if sub.url is None:
+        raise ApiError(409, "this is a pull subscription: there is no URL to check, its receiver fetches deliveries")
     # Concurrent starts of one team wait for each other here (PostgreSQL), so the team's limit holds.
     db.session.execute(select(Team.id).where(Team.id == sub.team_id).with_for_update())
     refuse_if_busy(sub.team_id)

@@ -13,6 +13,7 @@ from dashboard.core import crypto, filters, paging
 from dashboard.core.extensions import db
 from dashboard.core.ids import new_ids
 from dashboard.core.validation import ApiError
+from dashboard.delivery import pull
 from dashboard.delivery.targets import url_problem
 from dashboard.ingest import quotas
 from dashboard.ingest.accept import ingest_many
@@ -23,6 +24,7 @@ from dashboard.models import (
     DeliveryState,
     Event,
     Subscription,
+    SubscriptionMode,
     SubscriptionState,
     Team,
     delivering_state,
@@ -38,7 +40,8 @@ from dashboard.subscriptions import checks, client_auth, client_tls, own_headers
 def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
     """Validated by the model, checked for a deliverable URL, stored once: nothing half-way.
     Returns the subscription and its secret."""
-    problem = url_problem(body.url, current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
+    pull.check_mode(body)
+    problem = body.url and url_problem(body.url, current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
     if problem:
         raise ApiError(422, problem)
     consumer = consumers.addressed(team.id, body.consumer)
@@ -54,12 +57,14 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        max_age_seconds=body.max_age_seconds, rate_limit_per_s=body.rate_limit_per_s,
                        max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
                        filter=filters.checked(body.filter), headers_ciphertext=own_headers.ciphertext(headers),
-                       auth_ciphertext=client_auth.ciphertext(auth), state=SubscriptionState.ACTIVE)
+                       auth_ciphertext=client_auth.ciphertext(auth), state=SubscriptionState.ACTIVE,
+                       mode=body.mode)
     client_tls.apply(sub, tls)
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub,
-                 detail={"url": sub.url} | ({"consumer": consumer.uid} if consumer else {})
+                 detail=({"url": sub.url} if sub.url else {"mode": sub.mode})
+                 | ({"consumer": consumer.uid} if consumer else {})
                  | ({"filter": sub.filter} if sub.filter is not None else {})
                  | ({"headers": own_headers.masked(headers)} if headers else {})
                  | ({"auth": client_auth.masked(auth)} if auth else {})
@@ -79,6 +84,8 @@ def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
     changed field (secrets are not fields here: they change by rotation only). Returns {field: (before, after)}."""
     not_deleted(sub)
     values = {name: getattr(body, name) for name in body.model_fields_set}
+    if sub.mode == SubscriptionMode.PULL:
+        pull.refuse_push_settings(values)
     if "url" in values and values["url"] != sub.url:  # checked as at creation
         problem = url_problem(values["url"], current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
         if problem:

@@ -32,7 +32,7 @@ def test_it_creates_a_subscription_and_shows_the_secret_once(producer, receiver)
 
 
 @pytest.mark.parametrize("payload, status, words", [
-    ({}, 400, "missing required field(s): url"),
+    ({}, 422, "url: a push subscription needs the URL"),  # optional in the document: pull subscriptions have none
     ({"url": "ftp://example.com/x"}, 400, "url must be an http:// or https:// URL"),
     ({"url": "not a url"}, 400, "url must be an http:// or https:// URL"),
     ({"url": "https://user:pw@example.com/"}, 422, "credentials"),
@@ -66,8 +66,12 @@ def test_another_team_cannot_touch_a_subscription(producer, client, receiver):
 
     sub = producer.subscribe(receiver.url + "/ok")
     other = Producer(client, team_name="other")
+    pulled = producer.post("/api/v1/subscriptions", {"mode": "pull"}).get_json()
     for path in ("", "/deliveries"):
         assert other.get(f"/api/v1/subscriptions/{sub['id']}{path}").status_code == 404
+    assert other.get(f"/api/v1/subscriptions/{pulled['id']}/pull").status_code == 404
+    assert other.post(f"/api/v1/subscriptions/{pulled['id']}/pull/ack",
+                      [{"delivery_id": "dlv_1", "attempt": 1, "status": 200}]).status_code == 404
     for action in ("pause", "resume", "replay"):
         assert other.post(f"/api/v1/subscriptions/{sub['id']}/{action}").status_code == 404
     assert db.session.get(Subscription, sub["id"]).state == "active"

@@ -101,3 +101,21 @@ def test_its_deliveries_filter_by_a_time_window_and_a_bad_time_is_a_400(app, cli
                       "from must be before to"), ("?to=0001-01-01T00:00%2B14:00", "is outside years 1 to 9999 in UTC")]:
         resp = client.get(page + bad)
         assert resp.status_code == 400 and said in resp.get_data(as_text=True), bad
+
+
+def test_a_pull_subscriptions_pages_name_no_url(app, client, auth, producer, users):
+    sub = producer.post("/api/v1/subscriptions", {"mode": "pull", "description": "warehouse loader"}).get_json()
+    producer.publish()
+    delivery_id = db.session.scalar(select(Delivery.id))
+    auth.login("owner")
+    for path in ("/", f"/subscriptions/{sub['id']}", f"/subscriptions/{sub['id']}/contract",
+                 f"/deliveries/{delivery_id}", f"/subscriptions/{sub['id']}/edit", "/dead-letters"):
+        resp = client.get(path)
+        html = resp.get_data(as_text=True)
+        assert resp.status_code == 200 and not re.search(r">\s*None\s*<|— None|· None", html), path
+        if path != "/dead-letters":  # a filter's choices, empty until something dies
+            assert "pull: fetched by the receiver" in html or "Pulled by its receiver" in html, path
+    page = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
+    assert f"/api/v1/subscriptions/{sub['id']}/pull" in page and "Receiver check" not in page
+    refused = client.post(f"/subscriptions/{sub['id']}/edit", data={"csrf_token": auth.csrf(), "url": "https://x.io/"})
+    assert refused.status_code == 409 and db.session.get(Subscription, sub["id"]).url is None

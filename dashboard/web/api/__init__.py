@@ -8,7 +8,7 @@ from dashboard.web.paths import API_PREFIX as URL_PREFIX
 
 bp = Blueprint("api", __name__, url_prefix=URL_PREFIX)
 
-from dashboard.web.api import checks, consumers, errors, incidents, replays, routes  # noqa: E402,F401  (routes register on bp)
+from dashboard.web.api import checks, consumers, errors, incidents, pull, replays, routes  # noqa: E402,F401  (routes register on bp)
 
 
 @bp.after_request

@@ -89,7 +89,7 @@ def endpoint_choices(dead: replay_service.DeadLetterFilter) -> list[Subscription
         with_dead = with_dead.union(select(literal(dead.subscription_id)))
     consumers = db.session.scalars(subs_query.where(Subscription.consumer_id.is_not(None),
                                                     Subscription.id.in_(with_dead))).all()
-    return sorted(own + consumers, key=lambda sub: (sub.url, sub.id))
+    return sorted(own + consumers, key=lambda sub: (sub.target, sub.id))
 
 
 def failing_notes(where: list) -> list[str]:

@@ -62,7 +62,7 @@ def subscription_label(sub) -> str:
     described = sub.description or ""
     if len(described) > NAMED_DESCRIPTION_CHARS:
         described = described[:NAMED_DESCRIPTION_CHARS - 1] + "…"
-    return f"{described} · {sub.id} — {sub.url}" if described else f"{sub.id} — {sub.url}"
+    return f"{described} · {sub.id} — {sub.target}" if described else f"{sub.id} — {sub.target}"
 
 
 @bp.app_template_global("subscriptions_named")

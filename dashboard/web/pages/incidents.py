@@ -16,6 +16,7 @@ from dashboard.accounts import access
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import (
+    PULL_TARGET,
     Attempt,
     Delivery,
     DeliveryState,
@@ -65,7 +66,7 @@ def incidents_list():
     # Open first, then acknowledged, then resolved; newest first within each.
     order = case({IncidentState.OPEN: 0, IncidentState.ACKNOWLEDGED: 1}, value=Incident.state, else_=2)
     rows = db.session.scalars(query.order_by(order, Incident.opened_at.desc()).limit(LIST_LIMIT)).all()
-    urls = dict(db.session.execute(select(Subscription.id, Subscription.url).where(
+    urls = dict(db.session.execute(select(Subscription.id, func.coalesce(Subscription.url, PULL_TARGET)).where(
         Subscription.id.in_({i.subscription_id for i in rows if i.subscription_id}))).all())
     teams = dict(db.session.execute(select(Team.id, Team.name).where(
         Team.id.in_({i.team_id for i in rows if i.team_id is not None}))).all())

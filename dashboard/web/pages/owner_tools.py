@@ -37,7 +37,7 @@ from dashboard.core.validation import ApiError, explain
 from dashboard.delivery.policies import POLICY_NAMES
 from dashboard.ingest import catalog
 from dashboard.ingest.quotas import QuotaExceeded
-from dashboard.models import Consumer, Delivery, Team
+from dashboard.models import Consumer, Delivery, SubscriptionMode, Team
 from dashboard.operations import notifications
 from dashboard.subscriptions import client_auth, client_tls, contract, examples, own_headers, rotation
 from dashboard.subscriptions import service as subscription_service
@@ -47,6 +47,8 @@ from dashboard.web.pages.subscriptions import deliveries
 DEFAULT_MAX_AGE_SECONDS = schemas.SubscriptionInput.model_fields["max_age_seconds"].default
 # What the dashboard sets and a consumer does not: requests in flight share the team's workers.
 DASHBOARD_ONLY_FIELDS = ("max_in_flight",)
+PULL_EDIT_WORDS = ("A pull subscription's event types, filter, retry policy and description are edited through the API "
+                   "for now: PATCH /api/v1/subscriptions/<id>. It has no URL and none of a push's limits.")
 GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (86400, "24 hours"),
                  (3 * 86400, "3 days"), (7 * 86400, "7 days")]
 
@@ -250,7 +252,9 @@ def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
 def edit_subscription(sub):
     # Owners and admins redefine an endpoint; the audit log keeps before and after.
     error, status = None, 200
-    if request.method == "POST":
+    if sub.mode == SubscriptionMode.PULL:  # its form would ask for a URL and push's limits
+        error, status = (PULL_EDIT_WORDS, 409) if request.method == "POST" else (None, 200)
+    elif request.method == "POST":
         try:
             changed = subscription_service.edit(sub, edit_from_form(sub, request.form))
         except ApiError as exc:
@@ -265,7 +269,7 @@ def edit_subscription(sub):
     return render_template("owner_tools/edit.html", sub=sub, form=form, error=error,
                            policies=policy_choices(form, sub.max_age_seconds),
                            in_flight_default=panel(sub)["in_flight_default"],
-                           picker=catalog_picker(sub.team, chosen)), status
+                           picker=catalog_picker(sub.team, chosen), pull_edit_words=PULL_EDIT_WORDS), status
 
 
 def policy_choices(form, max_age_seconds: int) -> list[tuple[str, str]]:
