@@ -15,7 +15,8 @@ from dashboard.delivery.policies import (
 )
 from dashboard.ingest import catalog
 from dashboard.ingest.accept import wants
-from dashboard.models import Subscription
+from dashboard.models import Subscription, SubscriptionMode
+from dashboard.schemas import LEASE_SECONDS
 from dashboard.subscriptions import client_auth, client_tls, own_headers, rotation, snippets
 
 TOLERANCE_SECONDS = 300
@@ -124,6 +125,18 @@ def own_headers_text(sub: Subscription) -> dict:
                                     "body: verify the signature as well."}
 
 
+# A pull subscription's receiver fetches and answers: no connection is made to it, so no timeout and no check.
+PULL_TERMS = {
+    "fetching": f"You fetch deliveries: GET /api/v1/subscriptions/<id>/pull leases up to 100 due ones for the "
+                f"lease you ask for ({LEASE_SECONDS[0]} to {LEASE_SECONDS[1]} s); each carries its exact body and "
+                "the signature headers a push would. Answer each with POST .../pull/ack and the status your code "
+                "would have answered: 2xx settles it, anything else is a failed attempt. A lease that runs out "
+                "without an ack is a failed attempt too, and the delivery is handed out again on the schedule.",
+    "status": "The status codes below are the ones you acknowledge with.",
+    "checks": "Not run for a pull subscription: Promesa makes no request to your receiver.",
+}
+
+
 def build(sub: Subscription) -> dict:
     declared = [t for t in catalog.team_event_types(sub.team) if wants(sub, t.name, t.version)]
     cap = current_app.config["PROMESA_MAX_DATA_BYTES"]
@@ -138,6 +151,7 @@ def build(sub: Subscription) -> dict:
         "rotation": rotation_text(sub),
         "schedule": schedule(sub),
         "timeouts": {"connect": sub.connect_timeout, "attempt": sub.attempt_timeout},
+        "pull": PULL_TERMS if sub.mode == SubscriptionMode.PULL else None,
         "status": [
             ("2xx", "success; nothing more is sent"),
             ("3xx", "failure: redirects are never followed (point the subscription at the final URL); "
@@ -156,7 +170,7 @@ def build(sub: Subscription) -> dict:
         "versioning": "An incompatible change ships as a new version of the event type; a subscription pins "
                       "the version it wants per type (event_versions) and types it does not pin arrive in "
                       "every version.",
-        "checks": f"When this subscription's owners run the receiver check, Promesa sends five requests of the "
+        "checks": PULL_TERMS["checks"] if sub.mode == SubscriptionMode.PULL else f"When this subscription's owners run the receiver check, Promesa sends five requests of the "
                   f"reserved event type {check_rules.EVENT_TYPE}, some signed correctly and some forged, stale "
                   f"or tampered, to see that you reject what you must. Each carries {check_rules.CHECK_HEADER}: "
                   "<check id>, so your logs can tell a check from an attack. A receiver must not skip "

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from dashboard.core.clock import iso
 from dashboard.core.extensions import db
+from dashboard.delivery.pull import LEASE_EXPIRED
 from dashboard.models import Attempt, ConsumerState, Delivery, Subscription
 from dashboard.subscriptions import own_headers
 
@@ -68,6 +69,11 @@ ADVICE = {
                     "2xx before anything that can fail; do the work later in a job.",
     "client_error": "Your endpoint refuses the requests with a 4xx: its logs say why. Answer 2xx to every "
                     "correctly signed event, and 400/401/403 only when the signature does not verify.",
+    "lease_expired": "Your pulling client took deliveries and did not acknowledge them before their lease ran "
+                     "out: acknowledge each one (POST .../pull/ack) within the lease, ask for a longer lease, or "
+                     "pull fewer at a time. A client that died mid-batch looks the same.",
+    "pull_reported": "Your pulling client acknowledged these deliveries as failed without a status: the error is "
+                     "what it sent. Look at its logs for these times.",
     "other": "The request failed before an answer came: the error says why.",
 }
 
@@ -78,6 +84,7 @@ LABELS = {
     "tls_client_certificate": "TLS: client certificate refused", "tls": "TLS error", "timeout": "Timeout", "redirect": "3xx redirect", "unauthorized": "401 or 403",
     "not_found": "404 Not Found", "gone": "410 Gone", "too_large": "413 Payload Too Large",
     "rate_limited": "429 Too Many Requests", "server_error": "5xx", "client_error": "Other 4xx",
+    "lease_expired": "Lease ran out (pull)", "pull_reported": "Failure reported by the puller",
     "other": "Other error",
 }
 ORDER = tuple(LABELS)
@@ -99,6 +106,10 @@ def cause(status_code: int | None, error: str | None) -> str | None:
     text = (error or "").lower()
     if text.startswith("auth failed"):  # the token endpoint's failure, whatever it was (a timeout, a refusal)
         return "auth_failed"
+    if text.startswith(LEASE_EXPIRED):  # a pull subscription's: its client never acknowledged
+        return "lease_expired"
+    if text.startswith("receiver:"):  # a pull subscription's client acknowledged a failure without a status
+        return "pull_reported"
     if text.startswith("timeout") or "timed out" in text:
         return "timeout"
     if any(word in text for word in _TLS):

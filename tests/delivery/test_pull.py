@@ -144,6 +144,21 @@ def test_a_lease_that_runs_out_is_a_failed_attempt_and_the_delivery_is_handed_ou
     assert [a.status_code for a in attempts_of(first["delivery_id"])] == [None, None, 200]
 
 
+def test_the_diagnosis_tells_a_lease_that_ran_out_from_a_failure_the_client_reported(app, producer, clock):
+    sub = pull_subscription(producer)
+    producer.publish(data={"resource_id": "f_1"})
+    producer.publish(data={"resource_id": "f_2"})
+    first, second = pulled(producer, sub, lease=5)
+    assert acked(producer, sub, answer(first, None, error="disk full"))[0]["status"] == 200
+    clock.advance(6)  # the other one is never acknowledged
+    sweep_once(app)
+    found = producer.get(f"/api/v1/subscriptions/{sub['id']}/diagnosis").get_json()
+    groups = {g["cause"]: g for g in found["groups"]}
+    assert set(groups) == {"lease_expired", "pull_reported"}, found
+    assert "within the lease" in groups["lease_expired"]["advice"]
+    assert "disk full" in groups["pull_reported"]["example"]
+
+
 def test_two_clients_never_get_the_same_delivery_inside_a_lease(app, producer, clock):
     sub = pull_subscription(producer)
     producer.post("/api/v1/events/batch", {"events": [{"type": "file.updated", "data": {"n": n}} for n in range(40)]})

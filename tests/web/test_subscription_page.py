@@ -117,5 +117,10 @@ def test_a_pull_subscriptions_pages_name_no_url(app, client, auth, producer, use
             assert "pull: fetched by the receiver" in html or "Pulled by its receiver" in html, path
     page = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
     assert f"/api/v1/subscriptions/{sub['id']}/pull" in page and "Receiver check" not in page
+    contract = client.get(f"/subscriptions/{sub['id']}/contract").get_data(as_text=True)
+    assert "Timeouts" not in contract and "whole attempt" not in contract  # no connection is made to it
+    assert "leases up to 100 due ones" in contract and "Not run for a pull subscription" in contract
+    terms = producer.get(f"/api/v1/subscriptions/{sub['id']}/contract").get_json()
+    assert terms["pull"]["checks"] == terms["checks"] and "five requests" not in terms["checks"]
     refused = client.post(f"/subscriptions/{sub['id']}/edit", data={"csrf_token": auth.csrf(), "url": "https://x.io/"})
     assert refused.status_code == 409 and db.session.get(Subscription, sub["id"]).url is None
