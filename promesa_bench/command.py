@@ -31,6 +31,7 @@ from promesa_bench.harness import (
     throttled_result,
     underused_phases,
 )
+from promesa_bench.pull import pull_command
 from promesa_bench.scale import run_prune, scale_command, seed
 from promesa_bench.soak import plot_svg as soak_svg
 from promesa_bench.soak import run_soak
@@ -162,18 +163,24 @@ def _stop_children_on_sigterm() -> None:
               help="payload filters: single-event ingest with a 5-condition filter on every subscription "
                    "(--subscriptions, default 1) against none, --rounds alternated, workers stopped; then every "
                    "delivery counted")
+@click.option("--pull", "with_pull", is_flag=True,
+              help="pull delivery: a pull subscription's client (--pullers loops, 100 at a time, acking each 200) "
+                   "against the push path to the receiver, --events deliveries each per round, --rounds alternated; "
+                   "then every delivery counted")
+@click.option("--pullers", default=2, show_default=True, help="with --pull: concurrent pull-and-ack loops")
 @click.option("--rounds", default=3, show_default=True,
-              help="with --consumers or --filters: rounds of each kind of publishing")
+              help="with --consumers, --filters or --pull: rounds of each kind")
 @click.option("--keep", is_flag=True, help="keep the temporary folder and the run's database rows")
 @click.option("--json", "as_json", is_flag=True, help="also print the result as one JSON object on the last line")
 def bench_command(events, workers, receivers, healthy, rate, publishers, batch, web_workers, preload, replay, dashboard,
                   dashboard_attempts, dashboard_consumers, no_raw, rate_limit, no_ingest_baseline, ingest_alone, prune_rows, scale,
                   scale_settled, scale_due, plot, slow_seconds, timeout, history, soak, soak_prune_rows, soak_minute_seconds, access_log,
-                  consumers, with_filters, rounds, keep, as_json):
+                  consumers, with_filters, with_pull, pullers, rounds, keep, as_json):
     """Deliveries/s, publish->receive latency and a raw HTTP baseline, measured in one run."""
     slow = _parse_receivers(receivers)
-    if events < 1 or workers < 1 or healthy < 1 or publishers < 1 or not 1 <= batch <= 500 or history < 0:
-        raise click.BadParameter("--events, --workers, --subscriptions and --publishers must be at least 1, "
+    if events < 1 or workers < 1 or healthy < 1 or publishers < 1 or pullers < 1 or not 1 <= batch <= 500 \
+            or history < 0:
+        raise click.BadParameter("--events, --workers, --subscriptions, --publishers and --pullers must be at least 1, "
                                  "--batch from 1 to 500, --history at least 0")
 
     def log(message):
@@ -186,6 +193,9 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
     if with_filters:
         return filters_command(events, rounds, healthy, workers, web_workers, publishers, slow_seconds, keep, as_json,
                                log)
+    if with_pull:
+        return pull_command(events, rounds, pullers, workers, web_workers, publishers, slow_seconds, timeout, keep,
+                            as_json, log)
     if consumers:
         return consumers_command(consumers, events, batch, rounds, workers, web_workers, publishers, slow_seconds,
                                  timeout, keep, as_json, log)

@@ -4,15 +4,9 @@ refuses got none, and the run's rows are gone after."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench_runs import bench_on_postgres
 
 
 @pytest.mark.slow
@@ -20,17 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_filters_run_compares_filtered_with_unfiltered_ingest_and_counts_every_delivery(tmp_path, redis_url):
     import sqlalchemy as sa
 
-    from tests.conftest import _migrate, fresh_postgres_database
-
-    with fresh_postgres_database("promesa_bench_filters") as database_url:
-        _migrate(database_url)
-        env = dict(os.environ, DATABASE_URL=database_url, REDIS_URL=redis_url, PROMESA_INSTANCE_PATH=str(tmp_path))
-        done = subprocess.run(
-            [sys.executable, "-m", "dashboard.cli", "bench", "--filters", "--events", "30", "--rounds", "2",
-             "--subscriptions", "2", "--workers", "1", "--json"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-        assert done.returncode == 0, done.stderr[-3000:]
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+    with bench_on_postgres("promesa_bench_filters", ["--filters", "--events", "30", "--rounds", "2",
+                                                     "--subscriptions", "2", "--workers", "1"],
+                           tmp_path, redis_url) as (result, _, database_url):
         assert result["complete"] is True and result["publish_errors"] == 0
         assert result["admitted"] == {"events": 120, "deliveries": 240, "expected_deliveries": 240}
         assert result["refused"] == {"events": 50, "deliveries": 0}
