@@ -13,7 +13,7 @@ from werkzeug.serving import make_server
 
 from examples.receiver.app import create_app as create_receiver_app
 
-from ..support.receiver import Receiver
+from ..support.receiver import Receiver, Serving
 
 DEPENDENTS = {"forged_rejected", "stale_rejected", "tampered_rejected"}
 
@@ -39,7 +39,7 @@ SLOW_SECONDS = 6
 REFUSAL_BODY = '<script>alert("refused")</script> signature mismatch'
 
 
-class WrongSecretReceiver:
+class WrongSecretReceiver(Serving):
     """A careful receiver that holds the wrong secret: it verifies every request's X-Signature (with
     promesa_receiver.verify) against a secret of its own, answers 401 and REFUSAL_BODY when that fails, 200 else.
     Given a `secret` it holds that one instead; given an `api_key`, it first refuses (401) a request whose
@@ -63,14 +63,6 @@ class WrongSecretReceiver:
             return [REFUSAL_BODY.encode()]
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"ok"]
-
-    def __enter__(self):
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
