@@ -21,10 +21,14 @@ MINUTE_SECONDS = 60
 
 
 def _rss_mb(proc: psutil.Process) -> float | None:
+    """Resident MB, or None for a process that has ended: a zombie (exited, not yet reaped) reads as 0 MB."""
     try:
-        return round(proc.memory_info().rss / 2**20, 1)
+        rss = proc.memory_info().rss
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
+    return round(rss / 2**20, 1)
 
 
 def service_memory(run: Run, extra: dict[str, subprocess.Popen]) -> dict[str, float]:
