@@ -830,6 +830,7 @@ class IncidentList(BaseModel):
 
 MAX_PULL = 100
 LEASE_SECONDS = (5, 300)
+MAX_PULL_WAIT = 25
 
 
 class PullQuery(BaseModel):
@@ -843,6 +844,10 @@ class PullQuery(BaseModel):
                                 description="seconds the deliveries handed out are yours to ack: no other client "
                                             "gets them meanwhile; one not acked by then counts as a failed attempt"),
                      Must(f"a whole number of seconds from {LEASE_SECONDS[0]} to {LEASE_SECONDS[1]}")] = 30
+    wait: Annotated[int, Field(ge=0, le=MAX_PULL_WAIT,
+                               description="seconds to wait for a delivery when none is due (long polling): the "
+                                           "answer comes as soon as one is, or empty when the time is up"),
+                    Must(f"a whole number of seconds from 0 to {MAX_PULL_WAIT}")] = 0
 
 
 class PulledDelivery(BaseModel):

@@ -31,6 +31,7 @@ from promesa_bench.harness import (
     throttled_result,
     underused_phases,
 )
+from promesa_bench.long_poll import long_poll_command
 from promesa_bench.pull import pull_command
 from promesa_bench.scale import run_prune, scale_command, seed
 from promesa_bench.soak import plot_svg as soak_svg
@@ -167,6 +168,9 @@ def _stop_children_on_sigterm() -> None:
               help="pull delivery: a pull subscription's client (--pullers loops, 100 at a time, acking each 200) "
                    "against the push path to the receiver, --events deliveries each per round, --rounds alternated; "
                    "then every delivery counted")
+@click.option("--long-poll", "long_poll", type=click.IntRange(min=1), default=None, metavar="N",
+              help="instead: N pulls long-polling one web process (a subscription each), its threads, memory and an "
+                   "API read meanwhile, then min(--events, N) events one at a time: 202 to the waiting pull's answer")
 @click.option("--pullers", default=2, show_default=True, help="with --pull: concurrent pull-and-ack loops")
 @click.option("--rounds", default=3, show_default=True,
               help="with --consumers, --filters or --pull: rounds of each kind")
@@ -175,7 +179,7 @@ def _stop_children_on_sigterm() -> None:
 def bench_command(events, workers, receivers, healthy, rate, publishers, batch, web_workers, preload, replay, dashboard,
                   dashboard_attempts, dashboard_consumers, no_raw, rate_limit, no_ingest_baseline, ingest_alone, prune_rows, scale,
                   scale_settled, scale_due, plot, slow_seconds, timeout, history, soak, soak_prune_rows, soak_minute_seconds, access_log,
-                  consumers, with_filters, with_pull, pullers, rounds, keep, as_json):
+                  consumers, with_filters, with_pull, long_poll, pullers, rounds, keep, as_json):
     """Deliveries/s, publish->receive latency and a raw HTTP baseline, measured in one run."""
     slow = _parse_receivers(receivers)
     if events < 1 or workers < 1 or healthy < 1 or publishers < 1 or pullers < 1 or not 1 <= batch <= 500 \
@@ -193,6 +197,8 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
     if with_filters:
         return filters_command(events, rounds, healthy, workers, web_workers, publishers, slow_seconds, keep, as_json,
                                log)
+    if long_poll:
+        return long_poll_command(long_poll, events, timeout, keep, as_json, log)
     if with_pull:
         return pull_command(events, rounds, pullers, workers, web_workers, publishers, slow_seconds, timeout, keep,
                             as_json, log)

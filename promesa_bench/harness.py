@@ -659,6 +659,18 @@ def _patched_environ(env: dict):
         os.environ.update(saved)
 
 
+def finish(out: dict, as_json: bool, incomplete: str) -> None:
+    """The end of a run's report: the machine's load around it, the JSON line if asked, and exit 1 with
+    `incomplete` unless out["complete"]."""
+    click.echo(f"load average (1, 5, 15 min) before {out['load_average']['before']}, after "
+               f"{out['load_average']['after']} on {out['cpus']} cores")
+    if as_json:
+        click.echo(json.dumps(out, sort_keys=True))
+    if not out["complete"]:
+        click.echo(f"INCOMPLETE: {incomplete}", err=True)
+        raise SystemExit(1)
+
+
 # -- the runs ---------------------------------------------------------------------------------
 def run_pipeline(run: Run, events: int, publishers: int, rate: float | None, timeout: float,
                  preload: bool, batch: int = 1, typed: bool = False) -> dict:

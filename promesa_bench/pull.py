@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import os
 import statistics
 import time
@@ -36,7 +35,7 @@ from dashboard.core.extensions import db
 from dashboard.models import Attempt, Delivery, DeliveryState, Subscription
 from dashboard.subscriptions import service as subscription_service
 from promesa_bench.cpu import CpuWindow
-from promesa_bench.harness import Run, _publish
+from promesa_bench.harness import Run, _publish, finish
 
 KINDS = ("pull", "push")
 PULL_LIMIT = 100  # the most one pull hands out (the client: 100 at a time)
@@ -249,11 +248,5 @@ def pull_command(events: int, rounds: int, pullers: int, workers: int, web_worke
     click.echo(f"deliveries: pull {out['pull']['settled']}/{expected} settled, {out['pull']['attempts']} attempts, "
                f"{out['pull']['handed_twice']} handed out twice; push {out['push']['settled']}/{expected} settled, "
                f"{out['push']['attempts']} attempts, {out['push']['received_twice']} received twice")
-    click.echo(f"load average (1, 5, 15 min) before {out['load_average']['before']}, after "
-               f"{out['load_average']['after']} on {out['cpus']} cores")
-    if as_json:
-        click.echo(json.dumps(out, sort_keys=True))
-    if not out["complete"]:
-        click.echo("INCOMPLETE: a delivery is missing, was not attempted exactly once, was handed out or received "
-                   "twice, or a publish failed", err=True)
-        raise SystemExit(1)
+    finish(out, as_json, "a delivery is missing, was not attempted exactly once, was handed out or received twice, "
+                         "or a publish failed")

@@ -165,6 +165,10 @@ DEFAULTS = {
     # /readyz and `promesa status`: how long the database and Redis each have to answer.
     "PROMESA_READY_TIMEOUT_SECONDS": 1.0,
     "PROMESA_QUEUE": "promesa",
+    # Long-polled pulls one web process keeps waiting (without a thread each), in all and per team; one
+    # over either bound is answered at once with 503 or 429 (docs/performance.md has the measured limit).
+    "PROMESA_PULL_WAITS_PER_PROCESS": 900,
+    "PROMESA_PULL_WAITS_PER_TEAM": 100,
     # How many drain jobs may run at once across all workers.
     "PROMESA_DRAINERS": 4,
     # Largest accepted request body on the producer API, and largest `data` in an event.

@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 
 from flask import current_app
-from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy import bindparam, case, func, or_, select, update
 
 from dashboard.core.clock import unix
 from dashboard.core.validation import ApiError
@@ -78,6 +78,10 @@ _LEASED = select(DELIVERIES.c.id, DELIVERIES.c.attempt_count, DELIVERIES.c.lease
                  DELIVERIES.c.updated_at, DELIVERIES.c.state) \
     .where(DELIVERIES.c.id.in_(bindparam("ids", expanding=True)),
            DELIVERIES.c.subscription_id == bindparam("subscription_id"))
+# When this subscription next has a delivery to hand out: a due one's next attempt, or a lease's end.
+_NEXT_DUE = select(func.min(case((DELIVERIES.c.lease_token.is_(None), DELIVERIES.c.next_attempt_at),
+                                 else_=DELIVERIES.c.lease_expires_at))) \
+    .where(DELIVERIES.c.subscription_id == bindparam("subscription_id"), _DUE)
 _AFTER = select(DELIVERIES.c.id, DELIVERIES.c.state, DELIVERIES.c.next_attempt_at) \
     .where(DELIVERIES.c.id.in_(bindparam("ids", expanding=True)))
 
@@ -126,14 +130,19 @@ def engine_for(app) -> DeliveryEngine:
     return engine
 
 
+def hands_out(sub: Subscription) -> bool:
+    """Whether its pulls hand anything out: not while it or its consumer is paused or disabled."""
+    return sub.state == SubscriptionState.ACTIVE and (sub.consumer is None
+                                                      or sub.consumer.state == ConsumerState.ACTIVE)
+
+
 def pull(sub: Subscription, limit: int, lease_seconds: int) -> list[Pulled]:
     """Lease up to `limit` due deliveries of this pull subscription for `lease_seconds`, with the body and
     signature headers a push would carry. Nothing while it or its consumer is paused or disabled."""
     engine = engine_for(current_app._get_current_object())
     now = engine.clock.now()
     expire_leases(engine, now, sub.id)
-    if sub.state != SubscriptionState.ACTIVE or (sub.consumer is not None
-                                                 and sub.consumer.state != ConsumerState.ACTIVE):
+    if not hands_out(sub):
         return []
     token = str(uuid.uuid4())
     params = {"now": now, "token": token, "until": now + dt.timedelta(seconds=lease_seconds)}
@@ -157,6 +166,14 @@ def pull(sub: Subscription, limit: int, lease_seconds: int) -> list[Pulled]:
         attempt_number=item.attempt_number, scheme=item.scheme, secrets=engine.signing_secrets(item, now),
         timestamp=timestamp, body=item.body, consumer=item.consumer_uid))
         for item in sorted(items, key=lambda item: order[item.delivery_id])]
+
+
+def next_due(sub: Subscription) -> dt.datetime | None:
+    """When a pull of this subscription next finds something without a new event: its earliest scheduled
+    retry, or the end of the earliest lease another client holds (None: nothing is owed)."""
+    engine = engine_for(current_app._get_current_object())
+    with engine.db_engine.connect() as conn:
+        return conn.execute(_NEXT_DUE, {"subscription_id": sub.id}).scalar()
 
 
 def ack(sub: Subscription, entries) -> list[Acked]:

@@ -255,6 +255,12 @@ def connect(app=None) -> redis.Redis:
     return conn
 
 
+def pull_due_channel(prefix: str) -> str:
+    """The channel where each push that leaves pull deliveries in the database names their subscriptions
+    (space-separated): the web processes wake the pulls waiting for them."""
+    return f"{prefix}:pull-due"
+
+
 def separate_client(conn: redis.Redis) -> redis.Redis:
     """A client of the same server with a connection pool of its own. RQ's worker raises its pool's
     socket timeout to its dequeue wait (minutes); on a pool of its own, that never becomes the drain's."""
@@ -274,6 +280,7 @@ class WorkQueue:
         self.drainers_key = f"{prefix}:drainers"
         self.ready_index_key = f"{prefix}:ready_index"
         self.teams_key = f"{prefix}:teams"
+        self.pull_due_channel = pull_due_channel(prefix)
         self.max_drainers = max_drainers
         self.rq = Queue(queue_name, connection=conn)
         self.drain_budget_seconds = drain_budget_seconds
@@ -377,8 +384,10 @@ class WorkQueue:
         if unknown:
             pulled = self.pull_lookup(unknown)
             known.update((sub, sub in pulled) for sub in unknown)
-        if not any(known[sub] for sub in subs):
+        pulled = [sub for sub in subs if known[sub]]
+        if not pulled:
             return items
+        self.conn.publish(self.pull_due_channel, " ".join(pulled))  # wakes their clients' waiting pulls
         return [item for item in items if not known[item.rpartition("|")[0]]]
 
     def _check_room(self) -> None:

@@ -14,6 +14,10 @@ from dashboard.queue import handoff
 # gunicorn would take X-Forwarded-Proto from a peer on 127.0.0.1 as https; the app decides instead
 # (PROMESA_TRUSTED_PROXIES, see dashboard.web.security), so a local process cannot claim https.
 forwarded_allow_ips = ""
+# gthread's worker, whose long-polled pulls wait without a thread each (dashboard.web.parking).
+worker_class = "dashboard.web.parking.ParkingWorker"
+# Open connections per process: kept-alive and waiting pulls included (PROMESA_PULL_WAITS_PER_PROCESS of them).
+worker_connections = 1000
 
 
 def freeze_heap() -> None:
@@ -25,7 +29,12 @@ def freeze_heap() -> None:
 def post_worker_init(worker) -> None:
     freeze_heap()  # the app is loaded
 
-    handoff.start(worker.wsgi)  # ingest hands its work to Redis from a thread of this worker
+    handoff.start(served_app(worker))  # ingest hands its work to Redis from a thread of this worker
+
+
+def served_app(worker):
+    """The Flask app a gunicorn worker serves (the parking worker wraps it)."""
+    return getattr(worker, "flask_app", None) or worker.wsgi
 
 
 APP = "dashboard.app:create_app()"

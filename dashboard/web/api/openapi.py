@@ -24,7 +24,9 @@ ERROR_WORDS = {400: "the request is malformed: the message names the field and s
                401: "no valid team token", 404: "no such resource in your team",
                409: "conflicts with what is stored", 413: "the body or its data is larger than the limit",
                415: "the body is not JSON", 422: "well-formed, but refused: the message says why",
-               429: "too soon, or past one of the team's quotas (named in `quota`): try again after Retry-After seconds"}
+               429: "too soon, or past one of the team's quotas (named in `quota`): try again after Retry-After seconds",
+               503: "the service cannot take it now (its database is away, or this server is full): try again "
+                    "after Retry-After seconds"}
 # Errors whose body says more than Error: the quota refused, with its name and limit.
 ERROR_MODELS = {429: "QuotaError"}
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before sending again",
@@ -131,7 +133,7 @@ def _operation(path: str, operation_id: str, declared: Operation, path_arguments
     for status in sorted(errors):
         responses[str(status)] = {"description": ERROR_WORDS[status], "content": {"application/json": {
             "schema": {"$ref": _REF.format(model=ERROR_MODELS.get(status, "Error"))}}}}
-        if status == 429:
+        if status in (429, 503):
             responses[str(status)]["headers"] = RETRY_AFTER
     out["responses"] = responses
     return out

@@ -3,7 +3,7 @@ then answers each with an ack."""
 
 from __future__ import annotations
 
-from flask import g, jsonify
+from flask import current_app, g, jsonify, request
 
 from dashboard import schemas
 from dashboard.core.clock import iso
@@ -11,6 +11,7 @@ from dashboard.core.validation import ApiError
 from dashboard.delivery import pull as pull_service
 from dashboard.models import Subscription, SubscriptionMode
 from dashboard.subscriptions import service as subscription_service
+from dashboard.web import long_poll
 from dashboard.web.api import bp
 from dashboard.web.api.operations import operation
 
@@ -26,13 +27,36 @@ def _pull_subscription(subscription_id: str) -> Subscription:
 @operation("Lease up to `limit` due deliveries of a pull subscription for `lease` seconds, each with the exact "
            "body and the signature headers a push would carry (verify them as a push's). No other client gets "
            "them meanwhile; one not acked in time counts as a failed attempt. Empty while the subscription or its "
-           "consumer is paused or disabled", query=schemas.PullQuery, responses={200: schemas.PulledList},
-           errors=(409,))
+           "consumer is paused or disabled. With `wait`, an empty answer waits up to that many seconds for a "
+           "delivery to become due (429 when the team already has too many pulls waiting, 503 when this server "
+           "has)", query=schemas.PullQuery, responses={200: schemas.PulledList}, errors=(409, 429, 503))
 def pull_deliveries(subscription_id, query: schemas.PullQuery):
     sub = _pull_subscription(subscription_id)
+    environ = request.environ
+    waited = long_poll.waiting(environ)
+    if waited is not None and waited.refused:
+        status, reason, fields = waited.refused
+        error = ApiError(status, reason)
+        error.fields, error.headers = fields, {"Retry-After": "1"}
+        raise error
+    seen = long_poll.seen(environ, sub.id)  # before the look: an announcement after it wakes the wait at once
     pulled = pull_service.pull(sub, query.limit, query.lease)
+    if not pulled and query.wait and long_poll.can_park(environ) and not (waited is not None and waited.final):
+        long_poll.park(environ, sub.id, str(g.team.id), seen, query.wait, _due_in(sub))
     return jsonify(data=[{"delivery_id": p.delivery_id, "attempt": p.attempt, "body": p.body, "headers": p.headers}
                          for p in pulled])
+
+
+def _due_in(sub: Subscription) -> float | None:
+    """Seconds until a pull of it finds something without a new event (None: only an event, a resume or
+    the deadline can)."""
+    if not pull_service.hands_out(sub):
+        return None
+    due = pull_service.next_due(sub)
+    if due is None:
+        return None
+    # At least a tenth of a second: what was due but taken by other clients meanwhile is not looked at in a loop.
+    return max(0.1, (due - current_app.config["CLOCK"].now()).total_seconds())
 
 
 @bp.post("/subscriptions/<subscription_id>/pull/ack")
