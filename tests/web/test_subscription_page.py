@@ -122,5 +122,8 @@ def test_a_pull_subscriptions_pages_name_no_url(app, client, auth, producer, use
     assert "leases up to 100 due ones" in contract and "Not run for a pull subscription" in contract
     terms = producer.get(f"/api/v1/subscriptions/{sub['id']}/contract").get_json()
     assert terms["pull"]["checks"] == terms["checks"] and "five requests" not in terms["checks"]
-    refused = client.post(f"/subscriptions/{sub['id']}/edit", data={"csrf_token": auth.csrf(), "url": "https://x.io/"})
-    assert refused.status_code == 409 and db.session.get(Subscription, sub["id"]).url is None
+    refused = client.post(f"/subscriptions/{sub['id']}/edit", data={"csrf_token": auth.csrf(), "url": "https://x.io/",
+                                                                   "event_types": "*", "retry_policy": "exponential",
+                                                                   "max_age_seconds": "86400"})
+    assert refused.status_code == 422 and "url: a pull subscription takes no url" in refused.get_data(as_text=True)
+    assert db.session.get(Subscription, sub["id"]).url is None

@@ -6,6 +6,9 @@ In the consumer portal the same views serve the consumer's own endpoints (`pages
 the dashboard's new subscription for the session's consumer. A consumer sets all an owner does but
 DASHBOARD_ONLY_FIELDS (and never a quota), and on a strict team picks catalog types only.
 
+A new subscription is pushed to a URL or pulled by its receiver (the form's `mode`); a pull subscription's forms
+leave out what only a push has (dashboard.delivery.pull.PUSH_ONLY), and the service refuses it when filled in.
+
 The subscription page includes `owner_tools/_panel.html`; its data comes from `owner_tools(sub)`.
 """
 
@@ -33,8 +36,10 @@ from dashboard import schemas
 from dashboard.accounts import access
 from dashboard.core import filters
 from dashboard.core.extensions import db
+from dashboard.core.links import absolute_for
 from dashboard.core.validation import ApiError, explain
 from dashboard.delivery.policies import POLICY_NAMES
+from dashboard.delivery.pull import PUSH_ONLY
 from dashboard.ingest import catalog
 from dashboard.ingest.quotas import QuotaExceeded
 from dashboard.models import Consumer, Delivery, SubscriptionMode, Team
@@ -45,10 +50,11 @@ from dashboard.web.pages import both, bp, portal_bp, shown_once
 from dashboard.web.pages.subscriptions import deliveries
 
 DEFAULT_MAX_AGE_SECONDS = schemas.SubscriptionInput.model_fields["max_age_seconds"].default
+# A push's timeouts left empty on its form: the API's defaults.
+DEFAULT_TIMEOUTS = {name: schemas.SubscriptionInput.model_fields[name].default
+                    for name in ("connect_timeout", "attempt_timeout")}
 # What the dashboard sets and a consumer does not: requests in flight share the team's workers.
 DASHBOARD_ONLY_FIELDS = ("max_in_flight",)
-PULL_EDIT_WORDS = ("A pull subscription's event types, filter, retry policy and description are edited through the API "
-                   "for now: PATCH /api/v1/subscriptions/<id>. It has no URL and none of a push's limits.")
 GRACE_CHOICES = [(0, "none: the old secret stops at once"), (3600, "1 hour"), (86400, "24 hours"),
                  (3 * 86400, "3 days"), (7 * 86400, "7 days")]
 
@@ -111,8 +117,9 @@ def filter_from_form(form) -> dict | None:
         raise ApiError(400, f"the filter is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
 
 
-def limits_from_form(form) -> dict:
-    """What creation and edit share: description, types, versions, retry policy, timeouts and limits."""
+def limits_from_form(form, mode: str) -> dict:
+    """What creation and edit share: description, types, versions, retry policy, timeouts and limits. A push's
+    timeouts left empty are the defaults; a pull subscription's are None, as its other empty push settings."""
     event_types = event_types_from_form(form)
     if not event_types:  # the API's default ("*") is never chosen for someone who ticked nothing
         raise ApiError(400, "choose the event types: tick “All event types”, or some types, or type a pattern")
@@ -130,15 +137,24 @@ def limits_from_form(form) -> dict:
             raise ApiError(400, "event versions are written type=version, like file.updated=2")
         versions[name.strip()] = int(version)
     payload["event_versions"] = versions
-    for name in ("connect_timeout", "attempt_timeout", "max_age_seconds"):
-        value = _number_or_none(form, name, int if name == "max_age_seconds" else float)
-        if value is None:
-            raise ApiError(400, f"{name} is required")
-        payload[name] = value
+    for name, default in DEFAULT_TIMEOUTS.items():
+        value = _number_or_none(form, name, float)
+        payload[name] = default if value is None and mode != SubscriptionMode.PULL else value
+    payload["max_age_seconds"] = _number_or_none(form, "max_age_seconds", int)
+    if payload["max_age_seconds"] is None:
+        raise ApiError(400, "max_age_seconds is required")
     if in_portal():  # not on its form: left as it is (an edit) or the default (a creation)
         for name in DASHBOARD_ONLY_FIELDS:
             payload.pop(name)
     return payload
+
+
+def for_mode(payload: dict, mode: str) -> dict:
+    """The form's payload as a subscription of this mode is given it: for pull, push's settings left empty are not
+    given at all, and one filled in stays, for the service to refuse in the API's words (PUSH_ONLY)."""
+    if mode != SubscriptionMode.PULL:
+        return payload
+    return {name: value for name, value in payload.items() if name not in PUSH_ONLY or value not in (None, "", {})}
 
 
 def headers_from_form(form, saved: list[str]) -> dict[str, str | None]:
@@ -180,6 +196,14 @@ def tls_from_form(form, sub=None) -> dict:
 
 
 AUTH_FIELDS = ("token_url", "client_id", "client_secret", "scope", "audience")
+# The boxes of the new subscription form that only a push fills: a pull form posted with one filled shows them.
+PUSH_ONLY_BOXES = ("url", "connect_timeout", "attempt_timeout", "rate_limit_per_s", "max_in_flight", "header_name",
+                   "header_value", *(f"auth_{name}" for name in AUTH_FIELDS), "tls_certificate", "tls_key", "tls_ca")
+
+
+def push_settings_given(form) -> bool:
+    """Is any box that only a push fills filled in (a URL typed before choosing pull)?"""
+    return any(value.strip() for box in PUSH_ONLY_BOXES for value in form.getlist(box))
 
 
 def auth_from_form(form):
@@ -227,10 +251,11 @@ def checked(model, payload: dict):
 
 
 def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
-    """The form as the API's PATCH body, checked by the same model (schemas.SubscriptionEdit)."""
-    payload = limits_from_form(form)
+    """The form as the API's PATCH body, checked by the same model (schemas.SubscriptionEdit). A subscription
+    keeps its mode: a pull subscription's form has none of push's boxes."""
+    payload = limits_from_form(form, sub.mode)
     url = form.get("url", "").strip()
-    if url != sub.url:  # checked (and resolved) only when it changes
+    if url != (sub.url or ""):  # checked (and resolved) only when it changes
         payload["url"] = url
     if in_portal() and payload["event_types"] != list(sub.event_types):
         catalog_types_only(sub.team, payload["event_types"])
@@ -243,7 +268,7 @@ def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
     auth = auth_from_form(form)
     if auth is not client_auth.UNCHANGED and (auth is not None or sub.auth_ciphertext):
         payload["auth"] = auth
-    return checked(schemas.SubscriptionEdit, payload | tls_from_form(form, sub))
+    return checked(schemas.SubscriptionEdit, for_mode(payload | tls_from_form(form, sub), sub.mode))
 
 
 @both("/subscriptions/<subscription_id>/edit", methods=["GET", "POST"])
@@ -252,9 +277,7 @@ def edit_from_form(sub, form) -> schemas.SubscriptionEdit:
 def edit_subscription(sub):
     # Owners and admins redefine an endpoint; the audit log keeps before and after.
     error, status = None, 200
-    if sub.mode == SubscriptionMode.PULL:  # its form would ask for a URL and push's limits
-        error, status = (PULL_EDIT_WORDS, 409) if request.method == "POST" else (None, 200)
-    elif request.method == "POST":
+    if request.method == "POST":
         try:
             changed = subscription_service.edit(sub, edit_from_form(sub, request.form))
         except ApiError as exc:
@@ -269,7 +292,7 @@ def edit_subscription(sub):
     return render_template("owner_tools/edit.html", sub=sub, form=form, error=error,
                            policies=policy_choices(form, sub.max_age_seconds),
                            in_flight_default=panel(sub)["in_flight_default"],
-                           picker=catalog_picker(sub.team, chosen), pull_edit_words=PULL_EDIT_WORDS), status
+                           picker=catalog_picker(sub.team, chosen)), status
 
 
 def policy_choices(form, max_age_seconds: int) -> list[tuple[str, str]]:
@@ -460,13 +483,21 @@ def new_subscription():
     return new_form(team, error, status, teams=teams)
 
 
+def chosen_mode(source) -> str:
+    """The mode the new subscription form chose (push unless it says otherwise; the model refuses a wrong one)."""
+    return source.get("mode") or SubscriptionMode.PUSH
+
+
 def input_from_form(form, consumer: str | None) -> schemas.SubscriptionInput:
-    """The form as the API's POST body, for this consumer's uid (None: the team's own), checked by its model."""
-    return checked(schemas.SubscriptionInput, {**limits_from_form(form), "url": form.get("url", "").strip(),
-                                               "signature_scheme": form.get("signature_scheme", ""),
-                                               "headers": headers_from_form(form, []), "consumer": consumer,
-                                               "filter": filter_from_form(form),
-                                               "auth": _given(auth_from_form(form)), **tls_from_form(form)})
+    """The form as the API's POST body, for this consumer's uid (None: the team's own), checked by its model.
+    An empty URL is not given: the service says which mode needs one."""
+    mode = chosen_mode(form)
+    url = form.get("url", "").strip()
+    payload = {**limits_from_form(form, mode), "mode": mode, **({"url": url} if url else {}),
+               "signature_scheme": form.get("signature_scheme", ""), "headers": headers_from_form(form, []),
+               "consumer": consumer, "filter": filter_from_form(form), "auth": _given(auth_from_form(form)),
+               **tls_from_form(form)}
+    return checked(schemas.SubscriptionInput, for_mode(payload, mode))
 
 
 def _given(auth):
@@ -474,10 +505,14 @@ def _given(auth):
 
 
 def new_form(team, error: str | None, status: int, **more):
-    """The new subscription's page, blank or as posted with the error that refused it."""
+    """The new subscription's page, blank (in the mode a link asks for) or as posted with the error that refused
+    it; a pull form posted with push's boxes filled shows them, to be emptied."""
     form = request.form if request.method == "POST" else None
     chosen = event_types_from_form(form) if form is not None else ["*"]
+    mode = chosen_mode(form if form is not None else request.args)
     return render_template("owner_tools/new.html", team=team, form=form, error=error,
+                           mode=SubscriptionMode.PULL if mode == SubscriptionMode.PULL else SubscriptionMode.PUSH,
+                           push_given=form is not None and push_settings_given(form),
                            policies=policy_choices(form, DEFAULT_MAX_AGE_SECONDS),
                            schemes=schemas.SIGNATURE_SCHEMES,
                            in_flight_default=current_app.config["PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION"],
@@ -488,7 +523,14 @@ def created(sub, secret: str):
     """Post/redirect/get to the created page, which shows the secret once."""
     return shown_once.show_after_redirect(
         "subscription", sub.id, secret, url_for(".subscription_created", subscription_id=sub.id),
-        lambda: render_template("owner_tools/created.html", sub=sub, secret=secret))
+        lambda: created_page(sub, secret))
+
+
+def created_page(sub, secret: str | None) -> str:
+    """The created page: the secret (None: shown already) and, for a pull subscription, where it is pulled from."""
+    pull_url = absolute_for("api.pull_deliveries", subscription_id=sub.id) \
+        if sub.mode == SubscriptionMode.PULL else None
+    return render_template("owner_tools/created.html", sub=sub, secret=secret, pull_url=pull_url)
 
 
 @portal_bp.route("/endpoints/new", methods=["GET", "POST"])
@@ -517,7 +559,7 @@ def subscription_created(subscription_id):
     """Where creating a subscription leads: its signing secret on the first view only, never cached."""
     sub = access.visible_subscription(subscription_id, need=access.can_edit)
     kept = shown_once.take("subscription", sub.id)
-    response = make_response(render_template("owner_tools/created.html", sub=sub, secret=kept[1] if kept else None))
+    response = make_response(created_page(sub, kept[1] if kept else None))
     response.headers["Cache-Control"] = "no-store"  # the secret is in this page only
     return response
 
