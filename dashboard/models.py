@@ -273,7 +273,8 @@ class Subscription(db.Model):
     # page, its counts and a consumer's removal find its subscriptions by the second.
     __table_args__ = (Index("ix_subscriptions_team_consumer", "team_id", "consumer_id"),
                       Index("ix_subscriptions_consumer_id", "consumer_id", postgresql_where=_ADDRESSED,
-                            sqlite_where=_ADDRESSED))
+                            sqlite_where=_ADDRESSED),
+                      Index("uq_subscriptions_pull_key_sha256", "pull_key_sha256", unique=True))
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("sub"))
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
@@ -282,6 +283,12 @@ class Subscription(db.Model):
     # None for a pull subscription: its receiver fetches its deliveries.
     url: Mapped[str | None] = mapped_column(String(2048))
     mode: Mapped[str] = mapped_column(String(8), default=SubscriptionMode.PUSH, server_default=SubscriptionMode.PUSH)
+    # A pull subscription's own key (dashboard.delivery.pull_keys): it pulls and acks this subscription and
+    # nothing else. Kept as its SHA-256, and its first characters to tell it by; None for a push subscription.
+    pull_key_sha256: Mapped[str | None] = mapped_column(String(64))
+    pull_key_prefix: Mapped[str | None] = mapped_column(String(16))
+    # Not a column: the key of a pull subscription just made, for the answer that shows it once.
+    new_pull_key = None
     description: Mapped[str] = mapped_column(String(500), default="")
     event_types: Mapped[list] = mapped_column(JSON, default=lambda: ["*"])
     # {"file.updated": 2}: receive only that version of that type; types not named arrive in every version.

@@ -512,6 +512,7 @@ class Subscription(BaseModel):
     id: str
     url: str | None = Field(description="where deliveries are POSTed; null for a pull subscription")
     mode: Literal[SubscriptionMode.ALL] = Field(description="push, or pull: fetched by its receiver")
+    pull_key_prefix: str | None = Field(None, description="a pull subscription's key, by its first characters")
     description: str
     event_types: list[str]
     event_versions: dict[str, int]
@@ -579,6 +580,8 @@ class SubscriptionWithSecret(Subscription):
 
 class CreatedSubscription(SubscriptionWithSecret):
     check_id: str | None = Field(None, description='the receiver check started by "check": true, if asked for')
+    pull_key: str | None = Field(None, description="a pull subscription's own key (shown this once): it pulls and "
+                                                   "acks this subscription and nothing else")
 
 
 class Resumed(Subscription):
@@ -848,6 +851,11 @@ class PullQuery(BaseModel):
                                description="seconds to wait for a delivery when none is due (long polling): the "
                                            "answer comes as soon as one is, or empty when the time is up"),
                     Must(f"a whole number of seconds from 0 to {MAX_PULL_WAIT}")] = 0
+
+
+class PullKey(BaseModel):
+    pull_key: str = Field(description="pulls and acks this subscription and nothing else; shown this once")
+    pull_key_prefix: str = Field(description="its first characters, to tell it by")
 
 
 class PulledDelivery(BaseModel):

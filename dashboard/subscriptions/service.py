@@ -34,7 +34,7 @@ from dashboard.queue.handoff import enqueue
 from dashboard.queue.work import work_item
 from dashboard.schemas import EventInput, SubscriptionEdit, SubscriptionInput
 from dashboard.stats import outcomes
-from dashboard.subscriptions import checks, client_auth, client_tls, own_headers
+from dashboard.subscriptions import checks, client_auth, client_tls, own_headers, pull_keys
 
 
 def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
@@ -60,6 +60,8 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        auth_ciphertext=client_auth.ciphertext(auth), state=SubscriptionState.ACTIVE,
                        mode=body.mode)
     client_tls.apply(sub, tls)
+    # A pull subscription's own key, shown once with its secret.
+    sub.new_pull_key = pull_keys.issue(sub) if sub.mode == SubscriptionMode.PULL else None
     db.session.add(sub)
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub,

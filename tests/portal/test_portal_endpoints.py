@@ -263,6 +263,7 @@ def test_a_test_event_reaches_the_consumer_s_receiver(app, portal, producer, rec
 @ON_SQLITE
 def test_every_portal_form_of_the_owner_tools_answers_a_redirect(app, portal, producer, receiver):
     own = producer.subscribe(receiver.url + "/ok", consumer="cus_1")["id"]
+    pulled = producer.post("/api/v1/subscriptions", {"mode": "pull", "consumer": "cus_1"}).get_json()["id"]
     at = f"/portal/subscriptions/{own}"
     answered = {
         "portal.new_endpoint": portal.post("/portal/endpoints/new", **FORM, url=receiver.url + "/n", event_types="*"),
@@ -270,6 +271,7 @@ def test_every_portal_form_of_the_owner_tools_answers_a_redirect(app, portal, pr
         "portal.rotate_secret": portal.post(f"{at}/rotate-secret", grace_seconds="3600"),
         "portal.end_grace": portal.post(f"{at}/end-grace"),
         "portal.send_test_event": portal.post(f"{at}/test"),
+        "portal.replace_pull_key": portal.post(f"/portal/subscriptions/{pulled}/replace-pull-key"),
         "portal.delete_subscription": portal.post(f"{at}/delete", confirm="yes"),
     }
     assert {name: resp.status_code for name, resp in answered.items() if resp.status_code not in (302, 303)} == {}

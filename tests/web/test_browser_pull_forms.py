@@ -32,6 +32,7 @@ def create_and_edit_a_pull_subscription(page, new_url: str, create: str, descrip
     sub = db.session.scalar(select(Subscription).where(Subscription.description == description))
     assert (sub.mode, sub.url, sub.filter) == ("pull", None, {"data.region": "eu"})
     assert_on_screen(page.locator("#new-secret"))
+    assert_on_screen(page.locator("#new-pull-key"))
     assert_on_screen(page.locator("#how-to-pull pre"))
     assert_fits(page)
     page.click("text=Open the")
@@ -44,6 +45,11 @@ def create_and_edit_a_pull_subscription(page, new_url: str, create: str, descrip
     page.wait_for_url(f"**/subscriptions/{sub.id}")
     db.session.expire_all()
     assert db.session.get(Subscription, sub.id).description == description + ", eu"
+    page.once("dialog", lambda dialog: dialog.accept())  # "Replace the pull key?"
+    page.click("button:text('Replace pull key')")
+    page.wait_for_url(f"**/subscriptions/{sub.id}/pull-key")
+    assert_on_screen(page.locator("#new-pull-key"))
+    assert_fits(page)
     return sub
 
 

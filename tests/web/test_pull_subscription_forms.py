@@ -75,16 +75,20 @@ def test_an_owner_creates_a_pull_subscription_and_is_shown_its_secret_once_and_w
     html = created.get_data(as_text=True)
     secret = crypto.decrypt(sub.secret_ciphertext)
     assert created.headers["Cache-Control"] == "no-store" and re.search(r'id="new-secret">([^<]+)<', html)[1] == secret
+    key = re.search(r'id="new-pull-key">([^<]+)<', html)[1]
+    assert key.startswith("pull_") and sub.pull_key_prefix == key[:10]
     assert f"http://localhost:5000/api/v1/subscriptions/{sub.id}/pull?limit=10&amp;lease=30" in html
     assert f'href="/subscriptions/{sub.id}/contract#pull"' in html and "Pulling instead of receiving" in html
     assert "Run receiver check" not in html and "receives" not in html  # nothing is sent to it, nothing to check
-    assert secret not in client.get(resp.headers["Location"]).get_data(as_text=True)  # shown once
+    again = client.get(resp.headers["Location"]).get_data(as_text=True)
+    assert secret not in again and key not in again  # shown once
     [entry] = db.session.scalars(select(AuditEntry).where(AuditEntry.action == "subscription.created"))
     assert entry.actor == "owner@example.com" and entry.detail["mode"] == "pull"
 
     # The secret the page showed is the one its pulled deliveries are signed with.
     producer.post("/api/v1/events", {"type": "file.updated", "data": {"resource_id": "f_1", "region": "eu"}})
-    [item] = producer.get(f"/api/v1/subscriptions/{sub.id}/pull?limit=10&lease=30").get_json()["data"]
+    [item] = client.get(f"/api/v1/subscriptions/{sub.id}/pull?limit=10&lease=30",
+                        headers={"Authorization": f"Bearer {key}"}).get_json()["data"]
     assert verify(item["body"].encode(), item["headers"]["X-Signature"], [secret], now=unix(clock.now()))
 
 
@@ -128,7 +132,7 @@ def test_a_consumer_creates_and_edits_a_pull_endpoint_in_its_portal(app, produce
     portal = app.test_client()
     open_portal(portal, producer, "cus_1")
     form = portal.get("/portal/endpoints/new?mode=pull").get_data(as_text=True)
-    assert re.search(r'name="mode" value="pull" checked', form) and "this portal cannot make one" in form
+    assert re.search(r'name="mode" value="pull" checked', form) and "the endpoint's own pull key" in form
     assert portal.post("/portal/endpoints/new", data=PULL_FORM).status_code == 400  # no CSRF token
     refused = portal.post("/portal/endpoints/new", data={**PULL_FORM, "url": "https://example.com/hooks",
                                                          "csrf_token": csrf_of(form)})
@@ -141,7 +145,11 @@ def test_a_consumer_creates_and_edits_a_pull_endpoint_in_its_portal(app, produce
     assert (sub.mode, sub.url, sub.consumer.uid) == ("pull", None, "cus_1")
     html = portal.get(resp.headers["Location"]).get_data(as_text=True)
     assert crypto.decrypt(sub.secret_ciphertext) in html and f"/api/v1/subscriptions/{sub.id}/pull" in html
-    assert "this portal cannot make one" in html and "Tokens" not in html and "docs/" not in html
+    assert "Tokens" not in html and "docs/" not in html
+    # The consumer's receiver pulls with the endpoint's own key, which the page showed once.
+    key = re.search(r'id="new-pull-key">([^<]+)<', html)[1]
+    pulled = app.test_client().get(f"/api/v1/subscriptions/{sub.id}/pull", headers={"Authorization": f"Bearer {key}"})
+    assert pulled.status_code == 200 and key not in portal.get(resp.headers["Location"]).get_data(as_text=True)
 
     edit = portal.get(f"/portal/subscriptions/{sub.id}/edit").get_data(as_text=True)
     assert [box for box in NO_PUSH_BOX if box in edit] == [] and "An endpoint keeps its mode" in edit
@@ -154,3 +162,30 @@ def test_a_consumer_creates_and_edits_a_pull_endpoint_in_its_portal(app, produce
     assert [(e.actor_kind, e.actor) for e in db.session.scalars(
         select(AuditEntry).where(AuditEntry.action.in_(("subscription.created", "subscription.edited"))))] == \
         [("portal", "cus_1")] * 2
+
+
+def test_the_pull_key_is_replaced_from_the_subscription_page_and_shown_once(app, client, auth, producer, users):
+    sub = producer.post("/api/v1/subscriptions", {"mode": "pull"}).get_json()
+    old = sub["pull_key"]
+    auth.login("member")
+    page = client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
+    assert old[:10] in page and old not in page and "Replace pull key" not in page
+    assert client.post(f"/subscriptions/{sub['id']}/replace-pull-key",
+                       data={"csrf_token": auth.csrf()}).status_code == 403
+    auth.login("owner")
+    assert "Replace pull key" in client.get(f"/subscriptions/{sub['id']}").get_data(as_text=True)
+    assert client.post(f"/subscriptions/{sub['id']}/replace-pull-key").status_code == 400  # no CSRF token
+    resp = client.post(f"/subscriptions/{sub['id']}/replace-pull-key", data={"csrf_token": auth.csrf()})
+    assert resp.status_code == 303
+    shown = client.get(resp.headers["Location"])
+    new = re.search(r'id="new-pull-key">([^<]+)<', shown.get_data(as_text=True))[1]
+    assert shown.headers["Cache-Control"] == "no-store" and new != old
+    assert new not in client.get(resp.headers["Location"]).get_data(as_text=True)  # shown once
+
+    def pulls(key):
+        return app.test_client().get(f"/api/v1/subscriptions/{sub['id']}/pull",
+                                     headers={"Authorization": f"Bearer {key}"}).status_code
+
+    assert (pulls(old), pulls(new)) == (401, 200)
+    [entry] = db.session.scalars(select(AuditEntry).where(AuditEntry.action == "subscription.pull_key_replaced"))
+    assert entry.actor == "owner@example.com" and new not in str(entry.detail)

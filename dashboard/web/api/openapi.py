@@ -77,7 +77,8 @@ def build(app: Flask) -> dict:
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                           "description": "a team token from `promesa tokens create`"}},
+                                           "description": "a team token from `promesa tokens create` (the "
+                                                          "pull routes also take their subscription's pull key)"}},
             "schemas": definitions.get("$defs", {}),
         },
     }

@@ -28,6 +28,7 @@ Adding an endpoint (say `DELETE /subscriptions/<subscription_id>`):
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flask import current_app, g, request
@@ -51,21 +52,26 @@ class Operation:
     links_to: str | None = None
     headers: tuple[dict, ...] = field(default=())  # OpenAPI parameter objects for request headers
     token_read_by_view: bool = False
+    # The view's own authentication, called with the path's arguments instead of the team token's.
+    authenticate: Callable[..., object] | None = None
 
 
 def operation(summary: str, *, responses: dict, body: type[BaseModel] | None = None, body_required: bool = True,
               query: type[BaseModel] | None = None, errors: tuple[int, ...] = (), public: bool = False,
-              links_to: str | None = None, headers: tuple[dict, ...] = (), token_read_by_view: bool = False):
+              links_to: str | None = None, headers: tuple[dict, ...] = (), token_read_by_view: bool = False,
+              authenticate_with: Callable[..., object] | None = None):
     """Declare an API operation: authenticate, validate the body and query with their models, and
     record all of it for the OpenAPI document (see this module's docstring)."""
     declared = Operation(summary, responses, body, body_required, query, errors, public, links_to, headers,
-                         token_read_by_view)
+                         token_read_by_view, authenticate_with)
 
     def decorate(view):
         @functools.wraps(view)
         def wrapped(**path):
             if declared.token_read_by_view:
                 g.bearer_digest = ApiToken.digest(bearer_token())
+            elif declared.authenticate is not None:
+                declared.authenticate(**path)
             elif not declared.public:
                 authenticate()
             try:

@@ -66,7 +66,8 @@ def get_event(event_id):
 
 
 @bp.post("/subscriptions")
-@operation("Create a subscription; its signing secret is shown in this answer only. \"check\": true also "
+@operation("Create a subscription; its signing secret (and a pull subscription's key) is shown in this answer "
+           "only. \"check\": true also "
            "runs the receiver check on it (check_id)",
            body=schemas.SubscriptionInput, responses={201: schemas.CreatedSubscription}, errors=(409, 422, 429),
            links_to="subscription_id")
@@ -75,7 +76,8 @@ def create_subscription(body: schemas.SubscriptionInput):
         check_service.refuse_if_busy(g.team.id)
     sub, secret = subscription_service.create(g.team, body)
     started = check_service.start(sub) if body.check else None
-    return jsonify(shapes.subscription(sub) | {"secret": secret, "check_id": started.id if started else None}), 201
+    return jsonify(shapes.subscription(sub) | {"secret": secret, "check_id": started.id if started else None,
+                                               "pull_key": sub.new_pull_key}), 201
 
 
 @bp.get("/subscriptions")

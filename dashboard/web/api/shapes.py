@@ -31,7 +31,7 @@ def signing_secrets(sub: Subscription, now) -> list[dict]:
 
 
 def subscription(sub: Subscription) -> dict:
-    return {"id": sub.id, "url": sub.url, "mode": sub.mode, "description": sub.description, "event_types": sub.event_types,
+    return {"id": sub.id, "url": sub.url, "mode": sub.mode, "pull_key_prefix": sub.pull_key_prefix, "description": sub.description, "event_types": sub.event_types,
             "event_versions": sub.event_versions or {},
             "retry_policy": sub.retry_policy, "signature_scheme": sub.signature_scheme, "state": sub.state,
             "state_reason": sub.state_reason, "connect_timeout": sub.connect_timeout,

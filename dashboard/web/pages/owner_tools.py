@@ -44,7 +44,7 @@ from dashboard.ingest import catalog
 from dashboard.ingest.quotas import QuotaExceeded
 from dashboard.models import Consumer, Delivery, SubscriptionMode, Team
 from dashboard.operations import notifications
-from dashboard.subscriptions import client_auth, client_tls, contract, examples, own_headers, rotation
+from dashboard.subscriptions import client_auth, client_tls, contract, examples, own_headers, pull_keys, rotation
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web.pages import both, bp, portal_bp, shown_once
 from dashboard.web.pages.subscriptions import deliveries
@@ -396,6 +396,33 @@ def secret_rotated(subscription_id):
     return response
 
 
+@both("/subscriptions/<subscription_id>/replace-pull-key", methods=["POST"])
+@login_required
+@owner_action
+def replace_pull_key(sub):
+    # A new pull key, shown once; the one before pulls nothing from now on.
+    try:
+        key = pull_keys.replace(sub)
+    except ApiError as exc:
+        flash(exc.message, "error")
+        return redirect(url_for(".subscription", subscription_id=sub.id))
+    return shown_once.show_after_redirect(
+        "pull_key", sub.id, key, url_for(".pull_key_replaced", subscription_id=sub.id),
+        lambda: render_template("owner_tools/pull_key_replaced.html", sub=sub, pull_key=key))
+
+
+@both("/subscriptions/<subscription_id>/pull-key", methods=["GET"])
+@login_required
+def pull_key_replaced(subscription_id):
+    """Where replacing a pull key leads: the new key on the first view only."""
+    sub = access.visible_subscription(subscription_id, need=access.can_edit)
+    kept = shown_once.take("pull_key", sub.id)
+    response = make_response(render_template("owner_tools/pull_key_replaced.html", sub=sub,
+                                             pull_key=kept[1] if kept else None))
+    response.headers["Cache-Control"] = "no-store"  # the key is in this page only: never kept by a cache
+    return response
+
+
 @both("/subscriptions/<subscription_id>/end-grace", methods=["POST"])
 @login_required
 @owner_action
@@ -520,17 +547,19 @@ def new_form(team, error: str | None, status: int, **more):
 
 
 def created(sub, secret: str):
-    """Post/redirect/get to the created page, which shows the secret once."""
+    """Post/redirect/get to the created page, which shows the secret (and a pull subscription's key) once."""
+    shown = json.dumps([secret, sub.new_pull_key])
     return shown_once.show_after_redirect(
-        "subscription", sub.id, secret, url_for(".subscription_created", subscription_id=sub.id),
-        lambda: created_page(sub, secret))
+        "subscription", sub.id, shown, url_for(".subscription_created", subscription_id=sub.id),
+        lambda: created_page(sub, secret, sub.new_pull_key))
 
 
-def created_page(sub, secret: str | None) -> str:
-    """The created page: the secret (None: shown already) and, for a pull subscription, where it is pulled from."""
+def created_page(sub, secret: str | None, pull_key: str | None = None) -> str:
+    """The created page: the secret (None: shown already) and, for a pull subscription, its key (shown once too)
+    and where it is pulled from."""
     pull_url = absolute_for("api.pull_deliveries", subscription_id=sub.id) \
         if sub.mode == SubscriptionMode.PULL else None
-    return render_template("owner_tools/created.html", sub=sub, secret=secret, pull_url=pull_url)
+    return render_template("owner_tools/created.html", sub=sub, secret=secret, pull_key=pull_key, pull_url=pull_url)
 
 
 @portal_bp.route("/endpoints/new", methods=["GET", "POST"])
@@ -559,7 +588,8 @@ def subscription_created(subscription_id):
     """Where creating a subscription leads: its signing secret on the first view only, never cached."""
     sub = access.visible_subscription(subscription_id, need=access.can_edit)
     kept = shown_once.take("subscription", sub.id)
-    response = make_response(created_page(sub, kept[1] if kept else None))
+    secret, pull_key = json.loads(kept[1]) if kept else (None, None)
+    response = make_response(created_page(sub, secret, pull_key))
     response.headers["Cache-Control"] = "no-store"  # the secret is in this page only
     return response
 
