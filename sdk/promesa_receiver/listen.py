@@ -420,6 +420,6 @@ def _end(promesa: Promesa, subscription_id: str, out: TextIO) -> int:
               "idle", file=sys.stderr)
         return 1
     cancelled = deleted.get("cancelled") or 0
-    print(f"Stopped. Deleted the listen session {subscription_id}"
-          + (f"; {cancelled} deliveries not yet forwarded were cancelled." if cancelled else "."), file=out, flush=True)
+    waiting = f"; its {cancelled} waiting deliver{'y was' if cancelled == 1 else 'ies were'} cancelled" if cancelled else ""
+    print(f"Stopped. Deleted the listen session {subscription_id}{waiting}.", file=out, flush=True)
     return 0
