@@ -12,12 +12,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from flask import Flask, request
 from promesa_receiver import VerificationError, verify
-from promesa_receiver.listen import forward_target
+from promesa_receiver.listen import EMPTY_PAUSE_SECONDS, LEASE_SECONDS, PULL_LIMIT, forward_target
 from sqlalchemy import func, select
 
 from dashboard.app import create_app
@@ -230,6 +231,28 @@ def test_a_terminal_shows_the_status_in_colour_unless_no_color_is_set(promesa, l
         assert f"  {coloured}  " in line
     else:
         assert "\033[" not in line and "  204  " in line
+
+
+@ON_SQLITE
+def test_after_an_empty_answer_that_came_at_once_it_pauses_instead_of_asking_again_at_once(config, local_app, producer):
+    pulls = []  # (when, query) of each pull the server answered
+    promesa = create_app(config)
+
+    def recording(environ, start_response):
+        if environ["PATH_INFO"].endswith("/pull"):
+            pulls.append((time.monotonic(), environ["QUERY_STRING"]))
+        return promesa(environ, start_response)
+
+    with served(recording) as url:
+        listening = Listening("--forward-to", local_app.url, "--url", url, "--token", producer.token)
+        try:
+            started(listening)
+            assert wait_until(lambda: len(pulls) >= 3, timeout=30)
+            assert listening.end(signal.SIGINT)[0] == 0
+        finally:
+            listening.kill()
+    assert all(b - a >= EMPTY_PAUSE_SECONDS for (a, _), (b, _) in zip(pulls, pulls[1:]))  # nothing was due
+    assert {query for _, query in pulls} == {f"limit={PULL_LIMIT}&wait=25&lease={LEASE_SECONDS}"}
 
 
 @ON_SQLITE
