@@ -194,6 +194,22 @@ def test_a_session_deleted_under_it_ends_listen_saying_so(promesa, local_app, pr
 
 
 @ON_SQLITE
+def test_a_promesa_gone_away_is_tried_again_and_a_session_it_cannot_delete_is_left_to_the_sweeper(config, local_app,
+                                                                                                   producer):
+    with served(create_app(config)) as url:
+        listening = Listening("--forward-to", local_app.url, "--url", url, "--token", producer.token)
+        subscription_id, _ = started(listening)
+    try:  # the server is gone now
+        assert listening.line_starting("could not reach Promesa at ").endswith("; trying again in 1 s")
+        status, printed, stderr = listening.end(signal.SIGINT)
+    finally:
+        listening.kill()
+    assert status == 1 and f"could not delete {subscription_id}" in stderr and "Promesa deletes it once idle" in stderr
+    db.session.expire_all()
+    assert db.session.get(Subscription, subscription_id).deleted_at is None
+
+
+@ON_SQLITE
 def test_attached_to_a_pull_subscription_it_leaves_it_when_stopped(promesa, local_app, producer):
     sub = producer.post("/api/v1/subscriptions", {"mode": "pull"}).get_json()
     local_app.secrets.append(sub["secret"])
