@@ -77,6 +77,9 @@ class SubscriptionMode:
 
 
 PULL_TARGET = "pull: fetched by the receiver"
+LISTEN_TARGET = "pull: listen session (temporary, removed when idle)"
+# A listen session's last pull is written at most this often: one UPDATE per session every few seconds.
+LISTEN_SEEN_EVERY = dt.timedelta(seconds=5)
 
 
 class ConsumerState:
@@ -104,6 +107,7 @@ class Team(db.Model):
 
 
 _ADDRESSED = text("consumer_id IS NOT NULL")
+_LIVE_LISTEN_SESSIONS = text("listen_seen_at IS NOT NULL AND deleted_at IS NULL")
 # A consumer's uid: the producer's own id for the party (its customer, an app), unique within the team.
 CONSUMER_UID_PATTERN = r"^[A-Za-z0-9._:-]{1,100}$"
 _LIVE = text("deleted_at IS NULL")
@@ -274,7 +278,10 @@ class Subscription(db.Model):
     __table_args__ = (Index("ix_subscriptions_team_consumer", "team_id", "consumer_id"),
                       Index("ix_subscriptions_consumer_id", "consumer_id", postgresql_where=_ADDRESSED,
                             sqlite_where=_ADDRESSED),
-                      Index("uq_subscriptions_pull_key_sha256", "pull_key_sha256", unique=True))
+                      Index("uq_subscriptions_pull_key_sha256", "pull_key_sha256", unique=True),
+                      # The sweeper's pass reads the live listen sessions alone, for the idle ones.
+                      Index("ix_subscriptions_listen_seen_at", "listen_seen_at",
+                            postgresql_where=_LIVE_LISTEN_SESSIONS, sqlite_where=_LIVE_LISTEN_SESSIONS))
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True, default=lambda: new_id("sub"))
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
@@ -283,12 +290,15 @@ class Subscription(db.Model):
     # None for a pull subscription: its receiver fetches its deliveries.
     url: Mapped[str | None] = mapped_column(String(2048))
     mode: Mapped[str] = mapped_column(String(8), default=SubscriptionMode.PUSH, server_default=SubscriptionMode.PUSH)
-    # A pull subscription's own key (dashboard.delivery.pull_keys): it pulls and acks this subscription and
+    # A pull subscription's own key (dashboard.subscriptions.pull_keys): it pulls and acks this subscription and
     # nothing else. Kept as its SHA-256, and its first characters to tell it by; None for a push subscription.
     pull_key_sha256: Mapped[str | None] = mapped_column(String(64))
     pull_key_prefix: Mapped[str | None] = mapped_column(String(16))
     # Not a column: the key of a pull subscription just made, for the answer that shows it once.
     new_pull_key = None
+    # A listen session (a pull subscription `promesa-receiver listen` made for itself): when its client last
+    # pulled, within LISTEN_SEEN_EVERY; the sweeper deletes one idle too long. None: not a listen session.
+    listen_seen_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
     description: Mapped[str] = mapped_column(String(500), default="")
     event_types: Mapped[list] = mapped_column(JSON, default=lambda: ["*"])
     # {"file.updated": 2}: receive only that version of that type; types not named arrive in every version.
@@ -334,9 +344,20 @@ class Subscription(db.Model):
     consumer: Mapped[Consumer | None] = relationship()
 
     @property
+    def listen(self) -> bool:
+        return self.listen_seen_at is not None
+
+    @property
     def target(self) -> str:
-        """Where its deliveries go, as pages name it: its URL, or (pull) that its receiver fetches them."""
-        return PULL_TARGET if self.mode == SubscriptionMode.PULL else self.url
+        """Where its deliveries go, as pages name it: its URL, or (pull) that its receiver fetches them, or
+        that a listen session does."""
+        if self.mode != SubscriptionMode.PULL:
+            return self.url
+        return LISTEN_TARGET if self.listen else PULL_TARGET
+
+    def listen_seen_due(self, now: dt.datetime) -> bool:
+        """Is this a listen session whose last pull should be written now (LISTEN_SEEN_EVERY)?"""
+        return self.listen_seen_at is not None and now - self.listen_seen_at >= LISTEN_SEEN_EVERY
 
 
 def delivering_state(subscriptions, consumers):

@@ -192,6 +192,12 @@ class SubscriptionInput(Body):
                                       "GET /subscriptions/{id}/pull and answers with POST .../pull/ack. Cannot "
                                       "change later"),
                     Must(f"one of: {', '.join(SubscriptionMode.ALL)}")] = SubscriptionMode.PUSH
+    listen: Annotated[bool, Field(description="true (pull only): a listen session, the temporary subscription "
+                                              "`promesa-receiver listen` makes for itself. Each pull marks it "
+                                              "seen; the sweeper deletes it once idle for "
+                                              "PROMESA_LISTEN_IDLE_SECONDS (600 by default). Cannot change "
+                                              "later"),
+                      Must("true or false")] = False
     event_types: Annotated[list[TypePattern], Field(min_length=1, max_length=MAX_EVENT_TYPES,
                                                     description="type names or fnmatch patterns such as 'file.*'"),
                            Must(f"a non-empty list of at most {MAX_EVENT_TYPES} type names or patterns "
@@ -252,7 +258,7 @@ def _edit_fields() -> dict:
     fields = {}
     for name, info in SubscriptionInput.model_fields.items():
         # The check is run on request, never edited; an endpoint never moves to another consumer.
-        if name in ("signature_scheme", "check", "consumer", "mode"):
+        if name in ("signature_scheme", "check", "consumer", "mode", "listen"):
             continue
         if info.is_required():
             info = FieldInfo.merge_field_infos(info, default=None)  # given or not; never null when given
@@ -513,6 +519,10 @@ class Subscription(BaseModel):
     url: str | None = Field(description="where deliveries are POSTed; null for a pull subscription")
     mode: Literal[SubscriptionMode.ALL] = Field(description="push, or pull: fetched by its receiver")
     pull_key_prefix: str | None = Field(None, description="a pull subscription's key, by its first characters")
+    listen: bool = Field(description="a listen session of `promesa-receiver listen` (pull): temporary, deleted "
+                                     "by the sweeper once idle")
+    listen_seen_at: str | None = Field(description="a listen session's last pull (written at most every few "
+                                                   "seconds); null for any other subscription")
     description: str
     event_types: list[str]
     event_versions: dict[str, int]

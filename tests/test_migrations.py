@@ -141,6 +141,24 @@ def test_pull_subscriptions_arrive_without_a_url_and_the_rows_keep_their_deliver
         flask_migrate.upgrade()
 
 
+BEFORE_LISTEN = "a7d2e9c4f1b8"
+
+
+def test_listen_sessions_arrive_as_no_subscription_being_one_and_leave_with_the_rows_kept(empty_database):
+    with rows_at(empty_database, BEFORE_LISTEN, ROWS_BEFORE_CONSUMERS + [INSERT_PULL]):
+        flask_migrate.upgrade()
+        with db.engine.begin() as conn:
+            assert conn.execute(sa.text("SELECT id, listen_seen_at FROM subscriptions ORDER BY id")).all() == \
+                [("sub_1", None), ("sub_2", None)]
+            conn.execute(sa.text("UPDATE subscriptions SET listen_seen_at = '2026-01-02' WHERE id = 'sub_2'"))
+        flask_migrate.downgrade(revision=BEFORE_LISTEN)  # the session stays, as a pull subscription
+        with db.engine.begin() as conn:
+            assert conn.execute(sa.text("SELECT id, mode FROM subscriptions ORDER BY id")).all() == \
+                [("sub_1", "push"), ("sub_2", "pull")]
+            assert conn.execute(sa.text("SELECT id, state FROM deliveries")).all() == [("dlv_1", "pending")]
+        flask_migrate.upgrade()
+
+
 @contextmanager
 def rows_at(database: str, revision: str, rows: list[str]):
     """An app context on `database` migrated to `revision`, holding `rows`."""

@@ -182,6 +182,9 @@ DEFAULTS = {
     # An idle drain job waits this long for new work before it ends (keeping its warm connections).
     "PROMESA_DRAIN_LINGER_SECONDS": 2.0,
     "PROMESA_SWEEP_INTERVAL_SECONDS": 60.0,
+    # A listen session (`promesa-receiver listen`) not pulled for this long is deleted by the sweeper: its
+    # client died without ending it.
+    "PROMESA_LISTEN_IDLE_SECONDS": 600,
     "PROMESA_RESPONSE_EXCERPT_BYTES": 1024,
     # A worker reserves a rate-limited endpoint's turns up to this far ahead, and waits for them itself.
     "PROMESA_RATE_LIMIT_LOOKAHEAD_SECONDS": 0.5,

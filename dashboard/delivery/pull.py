@@ -141,6 +141,9 @@ def pull(sub: Subscription, limit: int, lease_seconds: int) -> list[Pulled]:
     signature headers a push would carry. Nothing while it or its consumer is paused or disabled."""
     engine = engine_for(current_app._get_current_object())
     now = engine.clock.now()
+    if sub.listen_seen_due(now):  # a listen session is alive while it pulls, paused or not
+        with engine.db_engine.begin() as conn:
+            conn.execute(update(SUBSCRIPTIONS).where(SUBSCRIPTIONS.c.id == sub.id).values(listen_seen_at=now))
     expire_leases(engine, now, sub.id)
     if not hands_out(sub):
         return []

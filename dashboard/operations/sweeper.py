@@ -26,7 +26,7 @@ from dashboard.operations.retention import pruner_for
 from dashboard.queue import heartbeat
 from dashboard.queue.work import WorkQueue, work_item
 from dashboard.stats import folding
-from dashboard.subscriptions import rotation
+from dashboard.subscriptions import listen_sessions, rotation
 from dashboard.subscriptions.service import cancel_waiting
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,9 @@ def sweep_once(app, clock=None) -> int:
             log.warning("recorded %d pull leases that ran out unacked as failed attempts", expired)
         # Previous secrets whose grace has ended are deleted (they already sign nothing).
         rotation.delete_expired(now)
+        idle = listen_sessions.delete_idle(now)
+        if idle:
+            log.info("deleted %d listen sessions whose client stopped pulling (the audit log names them)", len(idle))
         cancelled = cancel_for_deleted(now)
         if cancelled:
             log.warning("cancelled %d deliveries of deleted subscriptions (stored as they were deleted)", cancelled)

@@ -40,6 +40,9 @@ from dashboard.subscriptions import checks, client_auth, client_tls, own_headers
 def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
     """Validated by the model, checked for a deliverable URL, stored once: nothing half-way.
     Returns the subscription and its secret."""
+    if body.listen and body.mode != SubscriptionMode.PULL:
+        raise ApiError(422, 'listen: only a pull subscription ("mode": "pull") can be a listen session: '
+                            "`promesa-receiver listen` pulls its deliveries")
     pull.check_mode(body)
     problem = body.url and url_problem(body.url, current_app.config["PROMESA_ALLOW_PRIVATE_TARGETS"])
     if problem:
@@ -58,7 +61,7 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
                        max_in_flight=body.max_in_flight, secret_ciphertext=crypto.encrypt(secret),
                        filter=filters.checked(body.filter), headers_ciphertext=own_headers.ciphertext(headers),
                        auth_ciphertext=client_auth.ciphertext(auth), state=SubscriptionState.ACTIVE,
-                       mode=body.mode)
+                       mode=body.mode, listen_seen_at=current_app.config["CLOCK"].now() if body.listen else None)
     client_tls.apply(sub, tls)
     # A pull subscription's own key, shown once with its secret.
     sub.new_pull_key = pull_keys.issue(sub) if sub.mode == SubscriptionMode.PULL else None
@@ -66,6 +69,7 @@ def create(team: Team, body: SubscriptionInput) -> tuple[Subscription, str]:
     db.session.flush()  # its id, for the audit entry
     audit.record("subscription.created", subscription=sub,
                  detail=({"url": sub.url} if sub.url else {"mode": sub.mode})
+                 | ({"listen": True} if sub.listen else {})
                  | ({"consumer": consumer.uid} if consumer else {})
                  | ({"filter": sub.filter} if sub.filter is not None else {})
                  | ({"headers": own_headers.masked(headers)} if headers else {})
@@ -126,9 +130,10 @@ def edit(sub: Subscription, body: SubscriptionEdit) -> dict:
     return changed
 
 
-def delete(sub: Subscription) -> int:
+def delete(sub: Subscription, *, actor: tuple[str, str] | None = None, reason: str | None = None) -> int:
     """Soft delete: out of routing and the API's list, nothing more attempted, history kept.
-    Waiting deliveries (in flight ones too: their lease is taken back) end cancelled. Returns how many."""
+    Waiting deliveries (in flight ones too: their lease is taken back) end cancelled. Returns how many.
+    `actor` and `reason`: who deletes it, and why, when it is not the caller of a request (the sweeper)."""
     not_deleted(sub)
     now = current_app.config["CLOCK"].now()
     sub.deleted_at = now
@@ -138,7 +143,8 @@ def delete(sub: Subscription) -> int:
     sub.previous_secret_ciphertext = sub.previous_secret_expires_at = None
     cancelled = cancel_waiting([sub.id], now)
     checks.stop_running(sub, "its subscription was deleted")
-    audit.record("subscription.deleted", subscription=sub, deliveries=cancelled, detail={"url": sub.url})
+    audit.record("subscription.deleted", subscription=sub, deliveries=cancelled, actor=actor,
+                 detail={"url": sub.url} | ({"reason": reason} if reason else {}))
     db.session.commit()
     return cancelled
 

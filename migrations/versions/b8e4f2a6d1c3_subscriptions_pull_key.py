@@ -1,7 +1,7 @@
 """subscriptions: a pull subscription's own key, which pulls and acks it and nothing else (issue 40)
 
 Revision ID: b8e4f2a6d1c3
-Revises: a7d2e9c4f1b8
+Revises: b6e3f9a2c8d4
 Create Date: 2026-12-06 17:20:00.000000
 
 Kept as its SHA-256 (unique: a key names its subscription) and its first characters, as API tokens are.
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = 'b8e4f2a6d1c3'
-down_revision = 'a7d2e9c4f1b8'
+down_revision = 'b6e3f9a2c8d4'
 branch_labels = None
 depends_on = None
 

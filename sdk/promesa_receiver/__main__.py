@@ -1,4 +1,4 @@
-"""``python -m promesa_receiver check URL --secret S``: the same as the ``promesa-receiver`` command."""
+"""``python -m promesa_receiver check|listen ...``: the same as the ``promesa-receiver`` command."""
 
 import sys
 

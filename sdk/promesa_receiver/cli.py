@@ -1,14 +1,16 @@
-"""The ``promesa-receiver`` command. ``check``: run the receiver check against an endpoint."""
+"""The ``promesa-receiver`` command. ``check``: run the receiver check against an endpoint. ``listen``: forward a
+pull subscription's deliveries to an app on this machine."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
 
-from . import check
+from . import check, listen
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +33,26 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help='print {"id", "results"} as JSON instead of the report')
     run.add_argument("--timeout", type=float, default=check.TIMEOUT_SECONDS, metavar="SECONDS",
                      help=f"how long to wait for each answer (default {check.TIMEOUT_SECONDS:.0f}, Promesa's limit)")
+    forwarding = commands.add_parser(
+        "listen", help="forward a pull subscription's deliveries to your app on this machine",
+        description="Make a temporary pull subscription (a listen session) and print its signing secret once, "
+                    "then forward each delivery to your app with its exact body and signature headers, and "
+                    "acknowledge it with your app's answer. Ctrl-C ends it and deletes the subscription; Promesa "
+                    "deletes one left behind once idle.")
+    forwarding.add_argument("--forward-to", required=True, metavar="URL",
+                            help="your app's endpoint, on a loopback address or one of this machine's, e.g. "
+                                 "http://127.0.0.1:8000/webhooks/promesa")
+    forwarding.add_argument("--events", action="append", metavar="PATTERN",
+                            help="an event type or pattern such as 'invoice.*'; repeat it for more (default: '*', "
+                                 "every type)")
+    forwarding.add_argument("--consumer", metavar="UID",
+                            help="listen as this consumer's endpoint: the events addressed to it")
+    forwarding.add_argument("--url", default=listen.DEFAULT_URL, metavar="URL",
+                            help=f"Promesa's address (default {listen.DEFAULT_URL})")
+    forwarding.add_argument("--token", help=f"a team's API token (default: ${listen.TOKEN_VARIABLE})")
+    forwarding.add_argument("--subscription", metavar="SUB_ID",
+                            help="attach to this existing pull subscription instead of making one; it is not "
+                                 "deleted at the end")
     return parser
 
 
@@ -59,6 +81,8 @@ def _headers(given: list[str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "listen":
+        return _listen(args)
     if args.timeout <= 0:
         _parser().error("--timeout must be more than 0 seconds")
     if not args.url.startswith(("http://", "https://")):
@@ -74,6 +98,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(check.report(args.url, check_id, results))
     return 1 if check.failed(results) else 0
+
+
+def _listen(args: argparse.Namespace) -> int:
+    """Usage errors first (nothing is made on Promesa for a command that cannot run), then the session."""
+    token = args.token or os.environ.get(listen.TOKEN_VARIABLE)
+    if not token:
+        _parser().error(f"listen needs a team's API token: give --token or set {listen.TOKEN_VARIABLE}")
+    if not args.url.startswith(("http://", "https://")):
+        _parser().error("--url must be Promesa's http:// or https:// address")
+    if args.subscription and (args.events or args.consumer):
+        _parser().error("--events and --consumer describe a new listen session; an attached --subscription "
+                        "keeps its own")
+    try:
+        target = listen.forward_target(args.forward_to)
+    except ValueError as exc:
+        _parser().error(str(exc))
+    return listen.listen(listen.Promesa(args.url, token), target, event_types=args.events or ["*"],
+                         consumer=args.consumer, subscription_id=args.subscription)
 
 
 if __name__ == "__main__":

@@ -114,9 +114,12 @@ def test_every_page_fits_a_phone_and_a_desktop(app, producer, receiver, clock, u
           return text.getBoundingClientRect().height;
         }""", chart)
         assert label_px >= 9, f"{path}: chart labels are {label_px:.1f}px tall on a phone"
-    # A pull subscription's page: no URL, and the route its receiver pulls from, as one long word.
-    pulled = producer.post("/api/v1/subscriptions", {"mode": "pull", "description": LONG_DESCRIPTION}).get_json()
-    check_both_widths(page, f"{live_url}/subscriptions/{pulled['id']}", ["main h1", "dl.facts"], "subscription-pull")
+    # A pull subscription's page (a listen session's, which says more): no URL, the route its receiver pulls from
+    # as one long word, and the session's label and last pull.
+    pulled = producer.post("/api/v1/subscriptions", {"mode": "pull", "listen": True,
+                                                     "description": LONG_DESCRIPTION}).get_json()
+    check_both_widths(page, f"{live_url}/subscriptions/{pulled['id']}", ["main h1", "dl.facts", "dd.listen-session"],
+                      "subscription-pull")
 
     page.set_viewport_size(DESKTOP)
     page.click("text=Sign out")

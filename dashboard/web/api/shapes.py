@@ -31,8 +31,9 @@ def signing_secrets(sub: Subscription, now) -> list[dict]:
 
 
 def subscription(sub: Subscription) -> dict:
-    return {"id": sub.id, "url": sub.url, "mode": sub.mode, "pull_key_prefix": sub.pull_key_prefix, "description": sub.description, "event_types": sub.event_types,
-            "event_versions": sub.event_versions or {},
+    return {"id": sub.id, "url": sub.url, "mode": sub.mode, "pull_key_prefix": sub.pull_key_prefix,
+            "listen": sub.listen, "listen_seen_at": iso(sub.listen_seen_at), "description": sub.description,
+            "event_types": sub.event_types, "event_versions": sub.event_versions or {},
             "retry_policy": sub.retry_policy, "signature_scheme": sub.signature_scheme, "state": sub.state,
             "state_reason": sub.state_reason, "connect_timeout": sub.connect_timeout,
             "attempt_timeout": sub.attempt_timeout, "max_age_seconds": sub.max_age_seconds,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from flask import current_app
 from sqlalchemy import select
 
 from dashboard.core.extensions import db
@@ -50,6 +51,12 @@ def percent(rate: float | None) -> str:
 def measured_ms(ms: int | None) -> str:
     """A measured time: "40 ms", "1.2 s", or "—" when nothing was measured."""
     return "—" if ms is None else readable_ms(ms)
+
+
+@bp.app_template_global("listen_idle")
+def listen_idle() -> str:
+    """How long a listen session may go without a pull before the sweeper deletes it: "10 min"."""
+    return age(dt.datetime.min, dt.datetime.min + dt.timedelta(seconds=current_app.config["PROMESA_LISTEN_IDLE_SECONDS"]))
 
 
 # A description longer than this is cut in a subscription's name (a select's option, a table's cell).

@@ -11,12 +11,12 @@ from typing import NamedTuple
 from flask import abort, current_app, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 from sqlalchemy import case, func, select, union_all
+from sqlalchemy.orm import load_only
 
 from dashboard.accounts import access
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import (
-    PULL_TARGET,
     Attempt,
     Delivery,
     DeliveryState,
@@ -66,8 +66,9 @@ def incidents_list():
     # Open first, then acknowledged, then resolved; newest first within each.
     order = case({IncidentState.OPEN: 0, IncidentState.ACKNOWLEDGED: 1}, value=Incident.state, else_=2)
     rows = db.session.scalars(query.order_by(order, Incident.opened_at.desc()).limit(LIST_LIMIT)).all()
-    urls = dict(db.session.execute(select(Subscription.id, func.coalesce(Subscription.url, PULL_TARGET)).where(
-        Subscription.id.in_({i.subscription_id for i in rows if i.subscription_id}))).all())
+    urls = {sub.id: sub.target for sub in db.session.scalars(
+        select(Subscription).options(load_only(Subscription.url, Subscription.mode, Subscription.listen_seen_at))
+        .where(Subscription.id.in_({i.subscription_id for i in rows if i.subscription_id})))}
     teams = dict(db.session.execute(select(Team.id, Team.name).where(
         Team.id.in_({i.team_id for i in rows if i.team_id is not None}))).all())
     # Every rule firing on the same subscription now: one outage may fire several.
