@@ -5,7 +5,7 @@ claims a stray one gives it back unsent). The client leases due ones (`pull`) wi
 so two clients never hold the same delivery at once, and answers each with an ack (`ack`), which the
 engine records as the attempt: a 2xx settles it, anything else follows the retry policy as a failed push
 does. A lease that runs out unacked is recorded as a failed attempt, "lease expired" (`expire_leases`: at
-every pull and ack of the subscription, and by the sweeper for all of them).
+the subscription's pulls and acks, at most once a second, and by the sweeper for all of them).
 
 Each lease of a delivery is one attempt, so (delivery id, attempt) names the lease an ack answers: the ack
 of a lease that ran out, or passed to another client, finds another attempt (or none) and is refused.
@@ -35,6 +35,10 @@ from dashboard.models import (
 from dashboard.queue.work import WorkQueue
 
 LEASE_EXPIRED = "lease expired"
+# A subscription's pulls and acks record its leases that ran out at most this often (by the app's clock): the
+# look reads every delivery the subscription owes. A lease that ran out meanwhile is refused to its late ack all
+# the same, and handed out again by the next look.
+EXPIRY_LOOK_SECONDS = 1.0
 # A pull takes at most this many rounds: a round whose candidates other clients took looks again.
 ROUNDS = 3
 # What a pull subscription does not have: it is never POSTed to. Given with pull, a 422 says so.
@@ -144,7 +148,7 @@ def pull(sub: Subscription, limit: int, lease_seconds: int) -> list[Pulled]:
     if sub.listen_seen_due(now):  # a listen session is alive while it pulls, paused or not
         with engine.db_engine.begin() as conn:
             conn.execute(update(SUBSCRIPTIONS).where(SUBSCRIPTIONS.c.id == sub.id).values(listen_seen_at=now))
-    expire_leases(engine, now, sub.id)
+    _expire_now_and_then(engine, now, sub.id)
     if not hands_out(sub):
         return []
     token = str(uuid.uuid4())
@@ -184,7 +188,7 @@ def ack(sub: Subscription, entries) -> list[Acked]:
     passed to another client, and one named twice; 404 for a delivery that is not this subscription's."""
     engine = engine_for(current_app._get_current_object())
     now = engine.clock.now()
-    expire_leases(engine, now, sub.id)  # a lease that ran out is recorded as such first: its late ack is refused
+    _expire_now_and_then(engine, now, sub.id)
     ids = list(dict.fromkeys(entry.delivery_id for entry in entries))
     with engine.db_engine.connect() as conn:
         leased = {row.id: row for row in conn.execute(_LEASED, {"ids": ids, "subscription_id": sub.id})}
@@ -255,6 +259,15 @@ def _result(entry, pulled_at: dt.datetime, now: dt.datetime) -> http.AttemptResu
 
 def _milliseconds(span: dt.timedelta) -> int:
     return max(0, int(span.total_seconds() * 1000))
+
+
+def _expire_now_and_then(engine: DeliveryEngine, now: dt.datetime, subscription_id: str) -> None:
+    looked = engine.app.extensions.setdefault("promesa_pull_expiry_looks", {})  # subscription id -> last look
+    last = looked.get(subscription_id)
+    if last is not None and last <= now < last + dt.timedelta(seconds=EXPIRY_LOOK_SECONDS):
+        return
+    looked[subscription_id] = now
+    expire_leases(engine, now, subscription_id)
 
 
 def expire_leases(engine: DeliveryEngine, now: dt.datetime, subscription_id: str | None = None) -> int:
