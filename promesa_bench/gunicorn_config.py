@@ -10,7 +10,12 @@ import os
 from pathlib import Path
 
 from dashboard.web import server
-from dashboard.web.server import forwarded_allow_ips, worker_class, worker_connections  # noqa: F401  (gunicorn settings)
+from dashboard.web.server import (  # noqa: F401  (gunicorn settings)
+    forwarded_allow_ips,
+    logconfig_dict,
+    worker_class,
+    worker_connections,
+)
 
 # A folder where each web process, once its app is loaded, leaves a file named by its pid.
 READY_DIR_ENV = "PROMESA_BENCH_READY_DIR"

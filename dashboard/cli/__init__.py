@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import importlib
-import logging
 import os
 import signal
 import sys
@@ -22,6 +21,7 @@ from dashboard.app import create_app, serving_at
 from dashboard.cli.sinks import sinks_command
 from dashboard.cli.teams import teams_command
 from dashboard.core import config as config_module
+from dashboard.core import logs
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import ApiToken, Team, User
@@ -98,7 +98,7 @@ def _trusts_a_proxy(env) -> bool:
 @click.group(cls=PromesaGroup, create_app=create_app, add_version_option=False, add_default_commands=False)
 def cli():
     """Promesa: webhook delivery that keeps its promises."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    logs.configure()
 
 
 def main():

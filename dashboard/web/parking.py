@@ -86,7 +86,8 @@ class ParkingWorker(ThreadWorker):
         raise Parked(park)
 
     def _listen(self) -> None:
-        """Count each announcement of a subscription and wake what waits for it; reconnect while Redis is away."""
+        """Count each announcement of a subscription and wake what waits for it; reconnect while Redis is away
+        (a line when that starts and one when it ends, never one per try)."""
         app = self.flask_app
         channel = pull_due_channel(app.config["PROMESA_REDIS_PREFIX"])
         pause = 0.5
@@ -94,6 +95,9 @@ class ParkingWorker(ThreadWorker):
             try:
                 pubsub = separate_client(connect(app)).pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(channel)
+                if pause > 0.5:
+                    log.warning("pull announcements are back: waiting pulls wake on their deliveries again")
+                pause = 0.5
                 while self.alive:
                     self.listening = True
                     message = pubsub.get_message(timeout=1.0)
@@ -103,11 +107,11 @@ class ParkingWorker(ThreadWorker):
                         for key in keys:
                             announced[key] = announced.get(key, 0) + 1
                         self.method_queue.defer(self._announce, keys)
-                    pause = 0.5
-            except (*REDIS_AWAY, redis.exceptions.RedisError):
+            except (*REDIS_AWAY, redis.exceptions.RedisError) as exc:
                 self.listening = False
-                log.warning("pull announcements: Redis is away; waiting pulls look every %.0f s meanwhile",
-                            UNANNOUNCED_LOOK_SECONDS, exc_info=True)
+                if pause == 0.5:
+                    log.warning("pull announcements stopped, Redis is away (%s): waiting pulls look every %.0f s "
+                                "meanwhile", exc.__class__.__name__, UNANNOUNCED_LOOK_SECONDS)
                 time.sleep(pause)
                 pause = min(pause * 2, 10.0)
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import gc
 import sys
 
+from dashboard.core import logs
 from dashboard.queue import handoff
 
 # gunicorn would take X-Forwarded-Proto from a peer on 127.0.0.1 as https; the app decides instead
 # (PROMESA_TRUSTED_PROXIES, see dashboard.web.security), so a local process cannot claim https.
 forwarded_allow_ips = ""
+# PROMESA_LOG_FORMAT=json: gunicorn's lines and the app's as JSON objects (empty: gunicorn's own text lines).
+logconfig_dict = logs.gunicorn_logconfig()
 # gthread's worker, whose long-polled pulls wait without a thread each (dashboard.web.parking).
 worker_class = "dashboard.web.parking.ParkingWorker"
 # Open connections per process: kept-alive and waiting pulls included (PROMESA_PULL_WAITS_PER_PROCESS of them).

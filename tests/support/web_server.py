@@ -29,7 +29,8 @@ def promesa_web(app, log: Path, workers: int = 1, **settings: str) -> Iterator[t
     env = dict(os.environ, DATABASE_URL=config["SQLALCHEMY_DATABASE_URI"], REDIS_URL=config["REDIS_URL"],
                PROMESA_INSTANCE_PATH=app.instance_path, PROMESA_REDIS_PREFIX=config["PROMESA_REDIS_PREFIX"],
                PROMESA_QUEUE=config["PROMESA_QUEUE"], SECRET_KEY=config["SECRET_KEY"],
-               PROMESA_ENCRYPTION_KEY=config["PROMESA_ENCRYPTION_KEY"], PROMESA_ACCESS_LOG="0", **settings)
+               PROMESA_ENCRYPTION_KEY=config["PROMESA_ENCRYPTION_KEY"], PROMESA_ACCESS_LOG="0")
+    env.update(settings)
     with open(log, "wb") as out:
         web = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "web", "--port", str(port),
                                 "--workers", str(workers)], env=env, stdout=out, stderr=subprocess.STDOUT)

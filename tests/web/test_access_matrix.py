@@ -121,6 +121,8 @@ MATRIX = {
     # Where creation and a rotation without htmx lead (the secret, once): those who may edit it.
     ("pages.subscription_created", "GET"): EDIT,
     ("pages.secret_rotated", "GET"): EDIT,
+    ("pages.replace_pull_key", "POST"): EDIT,
+    ("pages.pull_key_replaced", "GET"): EDIT,
     ("pages.end_grace", "POST"): EDIT,
     ("pages.delete_subscription", "POST"): EDIT,
     ("pages.send_test_event", "POST"): EDIT,

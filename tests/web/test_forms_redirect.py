@@ -40,6 +40,8 @@ def test_every_form_that_creates_or_changes_answers_a_redirect(app, client, auth
     post("pages.edit_subscription", f"{at}/edit", **FORM, url=receiver.url + "/ok", event_types="*")
     post("pages.rotate_secret", f"{at}/rotate-secret", grace_seconds="3600")
     post("pages.end_grace", f"{at}/end-grace")
+    pulled = producer.post("/api/v1/subscriptions", {"mode": "pull"}).get_json()["id"]
+    post("pages.replace_pull_key", f"/subscriptions/{pulled}/replace-pull-key")
     post("pages.send_test_event", f"{at}/test")
     post("pages.run_check", f"{at}/checks")
     post("pages.pause", f"{at}/pause", reason="repairs")
