@@ -288,7 +288,7 @@ class _Session:
             except _Stopped:
                 return
             except PromesaError as exc:
-                if exc.final:
+                if exc.final and exc.status != 429:  # a pull refused for now (too many waiting) is asked again
                     raise
                 pause = RETRY_PAUSES[min(failures, len(RETRY_PAUSES) - 1)]
                 failures += 1

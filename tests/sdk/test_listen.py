@@ -272,6 +272,32 @@ def test_after_an_empty_answer_that_came_at_once_it_pauses_instead_of_asking_aga
 
 
 @ON_SQLITE
+def test_a_pull_refused_for_now_is_asked_again_and_the_session_goes_on(config, local_app, producer):
+    promesa = create_app(config)
+    refused = []
+
+    def too_many_waiting_at_first(environ, start_response):
+        if environ["PATH_INFO"].endswith("/pull") and len(refused) < 2:  # as a server with its waits full answers
+            refused.append(environ["QUERY_STRING"])
+            start_response("429 Too Many Requests", [("Content-Type", "application/json"), ("Retry-After", "1")])
+            return [b'{"error": "your team already has 100 pulls waiting on this server process"}']
+        return promesa(environ, start_response)
+
+    with served(too_many_waiting_at_first) as url:
+        listening = Listening("--forward-to", local_app.url, "--url", url, "--token", producer.token)
+        try:
+            subscription_id, secret = started(listening)
+            local_app.secrets.append(secret)
+            assert "100 pulls waiting" in listening.line_starting("Promesa answered 429")
+            producer.post("/api/v1/events", {"type": "file.updated", "data": {"resource_id": "f_1"}})
+            assert wait_until(lambda: len(local_app.received) == 1, timeout=30)
+            assert listening.end(signal.SIGINT)[0] == 0
+        finally:
+            listening.kill()
+    assert len(refused) == 2
+
+
+@ON_SQLITE
 def test_an_app_that_cannot_be_reached_is_acked_as_a_failure(promesa, producer):
     with socket.socket() as unused:  # a port nothing listens on
         unused.bind(("127.0.0.1", 0))
