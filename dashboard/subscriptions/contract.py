@@ -16,7 +16,7 @@ from dashboard.delivery.policies import (
 from dashboard.ingest import catalog
 from dashboard.ingest.accept import wants
 from dashboard.models import Subscription, SubscriptionMode
-from dashboard.schemas import LEASE_SECONDS
+from dashboard.schemas import LEASE_SECONDS, MAX_PULL_WAIT
 from dashboard.subscriptions import client_auth, client_tls, own_headers, rotation, snippets
 
 TOLERANCE_SECONDS = 300
@@ -131,7 +131,9 @@ PULL_TERMS = {
                 f"lease you ask for ({LEASE_SECONDS[0]} to {LEASE_SECONDS[1]} s); each carries its exact body and "
                 "the signature headers a push would. Answer each with POST .../pull/ack and the status your code "
                 "would have answered: 2xx settles it, anything else is a failed attempt. A lease that runs out "
-                "without an ack is a failed attempt too, and the delivery is handed out again on the schedule.",
+                "without an ack is a failed attempt too, and the delivery is handed out again on the schedule. "
+                f"With wait (up to {MAX_PULL_WAIT} s) a pull that finds nothing answers as soon as a delivery is "
+                "due. Fetch with the subscription's own pull key, which opens nothing else.",
     "status": "The status codes below are the ones you acknowledge with.",
     "checks": "Not run for a pull subscription: Promesa makes no request to your receiver.",
 }
