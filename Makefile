@@ -8,7 +8,7 @@ NODE_STAMP := node_modules/.installed-stamp
 # Two pytest processes: this suite waits on sockets and subprocesses far more than on CPU.
 PYTEST_WORKERS ?= 2
 
-.PHONY: install install-run browser run test screenshots clean
+.PHONY: install install-run browser run test dist screenshots clean
 
 # The service alone: its promesa-receiver dependency is met by the SDK in sdk/, never by an index.
 # constraints.txt pins every other package to the version CI tested, so what is tested is what is deployed.
@@ -51,9 +51,16 @@ run: install-run
 test: install
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -p no:cacheprovider
 
+# An sdist and a wheel of each distribution, each at the version its own pyproject.toml names: the server
+# (templates, static files and migrations inside), the receiver SDK and the producer client (docs/deploying.md).
+dist: $(TEST_STAMP)
+	rm -rf dist
+	for project in . sdk sdk/producer; do $(BIN)/python -m build --quiet --outdir dist $$project || exit 1; done
+	@ls -1 dist
+
 # The README's pictures (docs/*.png): demo data on SQLite + embedded Redis, shot with Debian's chromium.
 screenshots: install browser
 	$(BIN)/python docs/screenshots.py
 
 clean:
-	rm -rf $(VENV) node_modules instance *.egg-info
+	rm -rf $(VENV) node_modules instance dist *.egg-info sdk/*.egg-info sdk/producer/*.egg-info

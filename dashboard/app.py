@@ -16,10 +16,10 @@ from dashboard.core.outages import (
     drop_dead_connections,
     note_commits,
 )
+from dashboard.core.resources import resource_folder
 from dashboard.ingest import autocommit
 from dashboard.web import api, auth, health, metrics, pages, security
 
-ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger(__name__)
 
 
@@ -50,8 +50,8 @@ def create_app(test_config: dict | None = None) -> ReconnectingFlask:
     # The current directory's instance/ (`make run` in the checkout), never beside an installed package.
     instance_path = (test_config or {}).get("INSTANCE_PATH") or os.environ.get("PROMESA_INSTANCE_PATH") \
         or str(Path.cwd() / "instance")
-    app = ReconnectingFlask(__name__, instance_path=instance_path, template_folder=str(ROOT / "templates"),
-                static_folder=str(ROOT / "static"))
+    app = ReconnectingFlask(__name__, instance_path=instance_path, template_folder=str(resource_folder("templates")),
+                static_folder=str(resource_folder("static")))
     app.config.update(config_module.DEFAULTS)
     app.config.update(config_module.from_environment(instance_path))
     app.config.update(config_module.overrides_from_environment(config_module.DEFAULTS))
@@ -76,7 +76,7 @@ def create_app(test_config: dict | None = None) -> ReconnectingFlask:
         else:  # a pooled connection the server terminated is replaced before use (web and workers)
             drop_dead_connections(db.engine)
             note_commits(db.engine)
-    migrate.init_app(app, db, directory=str(ROOT / "migrations"))
+    migrate.init_app(app, db, directory=str(resource_folder("migrations")))
     csrf.init_app(app)
     # Each area wires itself here, and only here.
     security.init_app(app)

@@ -96,6 +96,8 @@ def _trusts_a_proxy(env) -> bool:
 
 
 @click.group(cls=PromesaGroup, create_app=create_app, add_version_option=False, add_default_commands=False)
+@click.version_option(package_name="promesa", prog_name="promesa", message="%(prog)s %(version)s",
+                      help="Show the installed Promesa's version and exit.")
 def cli():
     """Promesa: webhook delivery that keeps its promises."""
     logs.configure()

@@ -3,9 +3,7 @@ delivery worker never takes a lane's job, and `promesa status` says when a lane 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +20,8 @@ from dashboard.delivery import worker
 from dashboard.models import Check
 from dashboard.queue import lanes
 from dashboard.queue.work import WorkQueue
+
+from ..support.process_groups import stop_group
 
 on_sqlite = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -66,12 +66,7 @@ def test_up_starts_a_worker_for_each_lane_and_the_delivery_workers_take_none_of_
         assert listening == {(config["PROMESA_QUEUE"],), *((lanes.queue_name(config["PROMESA_QUEUE"], lane),)
                                                            for lane in lanes.LANES)}
     finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(timeout=30)
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # up and its children are already gone
-                os.killpg(up.pid, signal.SIGKILL)
+        stop_group(up)
 
 
 @on_sqlite

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import Any
 
 from .errors import PromesaError, Rejected, Unavailable
@@ -27,6 +28,17 @@ MAX_BATCH_BYTES = 900 * 1024  # under the service's default 1 MiB body limit, wi
 # "Not now" answers (a restarting service, a proxy, a limit); any other status is the answer, however often asked.
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 EVENT_FIELDS = frozenset({"type", "data", "id", "version", "timestamp", "consumer"})
+
+
+def _user_agent() -> str:
+    """promesa-producer/<its version>, read from the installed distribution (pyproject.toml says it once)."""
+    try:
+        return f"promesa-producer/{metadata.version('promesa-producer')}"
+    except metadata.PackageNotFoundError:  # the module copied into an application instead of installed
+        return "promesa-producer"
+
+
+USER_AGENT = _user_agent()
 
 
 def new_id() -> str:
@@ -90,7 +102,7 @@ class Client:
                  max_backoff: float = 30.0, max_retry_after: float = 120.0, spool=None,
                  max_batch: int = MAX_BATCH, max_batch_bytes: int = MAX_BATCH_BYTES,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
-                 rng: random.Random | None = None, user_agent: str = "promesa-producer/0.2"):
+                 rng: random.Random | None = None, user_agent: str = USER_AGENT):
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"url must be an http:// or https:// URL, not {url!r}")
