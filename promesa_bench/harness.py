@@ -69,6 +69,7 @@ from dashboard.models import (
     TeamQuota,
     User,
 )
+from dashboard.queue import clients
 from dashboard.queue.work import WorkQueue, embedded_redis
 from dashboard.subscriptions import service as subscription_service
 from dashboard.web import server as webserver
@@ -369,7 +370,6 @@ class Run:
 
     def _setup(self):
         import flask_migrate
-        import redis as redis_module
         from cryptography.fernet import Fernet
 
         self.metronome = Metronome()
@@ -390,7 +390,7 @@ class Run:
         self.env.pop("FLASK_APP", None)
         with _patched_environ(self.env):
             self.app = create_app({"INSTANCE_PATH": str(self.tmp)})
-        self.redis = redis_module.Redis.from_url(redis_url)
+        self.redis = clients.from_url(redis_url)
         self.prefix = prefix
         with self.app.app_context():
             flask_migrate.upgrade()

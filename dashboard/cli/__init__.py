@@ -25,6 +25,7 @@ from dashboard.core import logs
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import ApiToken, Team, User
+from dashboard.queue import clients
 from dashboard.queue.lanes import LANES
 from dashboard.web.server import freeze_heap
 
@@ -43,6 +44,7 @@ class PromesaGroup(FlaskGroup):
         name, command, rest = super().resolve_command(ctx, args)
         if ctx.parent is None:
             refuse_unsafe_keys(name, rest)
+            refuse_unreadable_redis_url(name, rest)
         return name, command, rest
 
     def get_command(self, ctx, name):
@@ -86,6 +88,15 @@ def refuse_unsafe_keys(command: str | None, args=(), env=os.environ) -> None:
         raise click.UsageError(
             "; ".join(problems) + ". Make the keys and the token with `promesa keys generate`, keep them in your "
             "secret store, and give the same ones to every process in its environment.")
+
+
+def refuse_unreadable_redis_url(command: str | None, args=(), env=os.environ) -> None:
+    """The commands that use Redis do not start on a REDIS_URL they cannot read (a Sentinel URL without its
+    service name, a port that is not a number): said once, at the start, instead of at every call."""
+    if command not in SERVING | {"status"} or "--help" in args:
+        return
+    if problem := clients.url_problem(env.get("REDIS_URL")):
+        raise click.UsageError(problem)
 
 
 def _trusts_a_proxy(env) -> bool:
@@ -280,7 +291,7 @@ def status():
     app = current_app._get_current_object()
     result = health.readiness(app)
     for name, outcome in result["checks"].items():
-        click.echo(f"{name:<11} {outcome}")
+        click.echo(f"{name:<11} {outcome}" + (f" ({result['redis_server']})" if name == "redis" else ""))
     if result["checks"]["redis"] == "ok":
         try:
             processes, lanes = health.live_processes(app), health.lanes(app)

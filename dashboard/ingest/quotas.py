@@ -54,6 +54,7 @@ from dashboard.models import (
     Team,
     TeamQuota,
 )
+from dashboard.queue import clients
 from dashboard.queue.work import client_options, connect
 
 log = logging.getLogger(__name__)
@@ -356,7 +357,7 @@ class Bucket:
         shared = connect(app)
         timeout = min(REDIS_TIMEOUT_SECONDS, app.config["PROMESA_REDIS_TIMEOUT_SECONDS"])
         url = app.config.get("REDIS_URL")
-        self.conn = redis.Redis.from_url(url, **client_options(timeout)) if url else shared
+        self.conn = clients.from_url(url, **client_options(timeout)) if url else shared
         self.script = self.conn.register_script(_ADMIT)
         self.failed_at = -math.inf
         self.leases: dict[int, Lease] = {}

@@ -41,6 +41,7 @@ from rq import Queue
 from sqlalchemy import select
 
 from dashboard.models import Subscription, SubscriptionMode
+from dashboard.queue import clients
 
 SLOT_TTL_SECONDS = 90
 # A running drain beats this often; one silent for SLOT_STALE_SECONDS no longer keeps others from starting
@@ -250,7 +251,7 @@ def connect(app=None) -> redis.Redis:
         url = app.config.get("REDIS_URL")
         options = client_options(app.config["PROMESA_REDIS_TIMEOUT_SECONDS"])
         # Options written in REDIS_URL's query string (socket_timeout=...) win over these.
-        conn = redis.Redis.from_url(url, **options) if url else embedded_redis(app.instance_path, **options)
+        conn = clients.from_url(url, **options) if url else embedded_redis(app.instance_path, **options)
         app.extensions["promesa_redis"] = conn
     return conn
 
@@ -264,8 +265,7 @@ def pull_due_channel(prefix: str) -> str:
 def separate_client(conn: redis.Redis) -> redis.Redis:
     """A client of the same server with a connection pool of its own. RQ's worker raises its pool's
     socket timeout to its dequeue wait (minutes); on a pool of its own, that never becomes the drain's."""
-    pool = conn.connection_pool
-    return redis.Redis(connection_pool=type(pool)(connection_class=pool.connection_class, **pool.connection_kwargs))
+    return clients.clone(conn)
 
 
 class WorkQueue:

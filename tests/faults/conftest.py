@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from dashboard.app import create_app
 from dashboard.core.clock import SystemClock
 from dashboard.core.extensions import db
+from dashboard.queue import heartbeat
 
 from ..conftest import Producer, _empty_tables
 
@@ -116,11 +117,17 @@ class Stack:
 
 
 @pytest.fixture
-def fault_app(request, private_redis, tmp_path):
-    """The app (in the test process, for setup and counting) on PostgreSQL and the private Redis."""
+def fault_redis_url(private_redis) -> str:
+    """The Redis a fault test's Promesa uses: the private one (a test module may give another)."""
+    return private_redis.url
+
+
+@pytest.fixture
+def fault_app(request, fault_redis_url, tmp_path):
+    """The app (in the test process, for setup and counting) on PostgreSQL and the fault test's Redis."""
     url = request.getfixturevalue("postgres_url")
     _empty_tables(url)
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url, "REDIS_URL": private_redis.url,
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url, "REDIS_URL": fault_redis_url,
                       "INSTANCE_PATH": str(tmp_path / "instance"), "PROMESA_REDIS_PREFIX": "faults",
                       "PROMESA_QUEUE": "faults", "PROMESA_ALLOW_PRIVATE_TARGETS": True, "CLOCK": SystemClock(),
                       "PROMESA_LEASE_SECONDS": 4})
@@ -174,6 +181,15 @@ def close_the_books(accepted: list[str], receiver, in_flight_bound: int) -> dict
     assert same_number == 0
     return {"accepted": len(accepted), "delivered": states.get("succeeded", 0), "dead": states.get("dead", 0),
             "lost": 0, "duplicates": duplicates}
+
+
+# The processes of `promesa up` that beat: two delivery workers, a worker for each lane, the sweeper.
+UP_BEATS = {("worker", "deliveries"): 2, ("worker", "checks"): 1, ("worker", "repairs"): 1, ("sweeper", None): 1}
+
+
+def beating(conn, prefix: str, since: float = 0.0) -> Counter:
+    """The live processes that beat after `since` (unix time), by kind and lane."""
+    return Counter((b["kind"], b.get("lane")) for b in heartbeat.live(conn, prefix) if b["at"] > since)
 
 
 def report(name: str, figures: dict) -> None:

@@ -7,15 +7,10 @@ duplicates are counted and within what was in flight."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
-import uuid
-from collections import Counter
 
 import pytest
 import redis
@@ -24,13 +19,13 @@ import sqlalchemy as sa
 from dashboard.app import create_app
 from dashboard.core.clock import SystemClock
 from dashboard.core.extensions import db
-from dashboard.queue import heartbeat
 
 from ..conftest import IN_CI, Producer, _migrate
 from ..support.private_postgres import PrivatePostgres, postgres_bin_dir
+from ..support.publishing import RawPublisher
 from ..support.receiver import Receiver
 from ..support.waiting import wait_until
-from .conftest import Stack, close_the_books, query, report, unsettled
+from .conftest import UP_BEATS, Stack, beating, close_the_books, query, report, unsettled
 
 try:
     import promesa_producer
@@ -76,44 +71,6 @@ def outage_app(private_postgres, private_redis, tmp_path):
         with contextlib.suppress(sa.exc.DBAPIError):
             db.session.remove()
         db.engine.dispose()
-
-
-class RawPublisher(threading.Thread):
-    """POSTs one event at a time, as a careful producer without the client would: each with its
-    Idempotency-Key, and a 503 tried again after its Retry-After. Keeps every answer."""
-
-    def __init__(self, url: str, token: str, stop: threading.Event):
-        super().__init__(daemon=True)
-        self.url, self.token, self.stop = url, token, stop
-        self.accepted: list[str] = []
-        self.answers: Counter = Counter()
-        self.retry_after: list[str | None] = []  # of each 503
-
-    def post(self, key: str, n: int) -> str | None:
-        body = json.dumps({"type": "file.updated", "data": {"raw": n}}).encode()
-        request = urllib.request.Request(self.url + "/api/v1/events", data=body, method="POST", headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json", "Idempotency-Key": key})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as resp:
-                self.answers[resp.status] += 1
-                return json.loads(resp.read())["id"]
-        except urllib.error.HTTPError as error:
-            self.answers[error.code] += 1
-            if error.code == 503:
-                self.retry_after.append(error.headers.get("Retry-After"))
-        except OSError:
-            self.answers["refused"] += 1
-        return None
-
-    def run(self):
-        n = 0
-        while not self.stop.is_set():
-            key, n = str(uuid.uuid4()), n + 1
-            while (accepted := self.post(key, n)) is None:
-                wait = float(self.retry_after[-1]) if self.answers[503] and self.retry_after[-1] else 1.0
-                time.sleep(min(wait, 2.0))  # a test's patience, not the answer's: it comes back sooner
-            self.accepted.append(accepted)
-            time.sleep(0.1)
 
 
 class ClientPublisher(threading.Thread):
@@ -196,10 +153,8 @@ def test_postgres_away_for_20_seconds(outage_app, private_postgres, private_redi
             assert all(value and value.isdigit() for value in raw.retry_after), raw.retry_after
 
             # The workers and the sweeper beat (they are alive, and say so to `promesa status`).
-            conn = redis.Redis(unix_socket_path=str(private_redis.socket))
-            beats = Counter((b["kind"], b.get("lane")) for b in heartbeat.live(conn, "pgout"))
-            assert beats == {("worker", "deliveries"): 2, ("worker", "checks"): 1, ("worker", "repairs"): 1,
-                             ("sweeper", None): 1}, beats
+            beats = beating(redis.Redis(unix_socket_path=str(private_redis.socket)), "pgout")
+            assert beats == UP_BEATS, beats
 
             figures = close_the_books(handed, receiver, in_flight_bound=IN_FLIGHT_PER_ENDPOINT)
             # Requests on the wire when it went were recorded once it was back (else sent again, and counted).

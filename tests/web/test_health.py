@@ -3,6 +3,7 @@ who sees the details; and what a request gets while the database is away (503, n
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import time
@@ -138,6 +139,7 @@ def test_verbose_lists_live_workers_for_loopback_and_admins_only(app, client, co
 
     body = client.get("/readyz?verbose=1").get_json()  # the test client is 127.0.0.1
     assert body["checks"] == {"database": "ok", "redis": "ok", "migrations": "at head"}
+    assert re.fullmatch(r"127\.0\.0\.1:\d+|unix socket /\S+", body["redis_server"])  # which Redis, no password
     assert [w["name"] for w in body["workers"]] == ["host-a:101"]
     assert [s["name"] for s in body["sweepers"]] == ["host-b:202"]
 
