@@ -22,6 +22,7 @@ from dashboard.queue import lanes
 from dashboard.queue.work import WorkQueue
 
 from ..support.process_groups import stop_group
+from ..support.waiting import wait_until
 
 on_sqlite = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -62,9 +63,13 @@ def test_up_starts_a_worker_for_each_lane_and_the_delivery_workers_take_none_of_
         # Said once for the whole start (not by each worker, the sweeper and each gunicorn worker), with its port.
         said = [line for line in output.read_text().splitlines() if "PROMESA_BASE_URL is not set" in line]
         assert len(said) == 1 and f"point at http://127.0.0.1:{port} " in said[0], said
-        listening = {tuple(w.queue_names()) for w in Worker.all(connection=delivery.connection)}
-        assert listening == {(config["PROMESA_QUEUE"],), *((lanes.queue_name(config["PROMESA_QUEUE"], lane),)
-                                                           for lane in lanes.LANES)}
+        expected = {(config["PROMESA_QUEUE"],), *((lanes.queue_name(config["PROMESA_QUEUE"], lane),)
+                                                  for lane in lanes.LANES)}
+
+        def listening():  # a worker counted in its queue's registry may not be in RQ's list of all workers yet
+            return {tuple(w.queue_names()) for w in Worker.all(connection=delivery.connection)}
+
+        assert wait_until(lambda: listening() == expected, timeout=max(1.0, deadline - time.monotonic())), listening()
     finally:
         stop_group(up)
 
