@@ -13,6 +13,7 @@ from dashboard.core.clock import SystemClock
 from dashboard.core.extensions import csrf, db, migrate
 from dashboard.core.outages import (
     ReconnectingFlask,
+    bounded_waits,
     drop_dead_connections,
     note_commits,
 )
@@ -68,6 +69,9 @@ def create_app(test_config: dict | None = None) -> ReconnectingFlask:
         app.config["MAX_CONTENT_LENGTH"] = app.config["PROMESA_MAX_BODY_BYTES"]
     if app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
         Path(instance_path).mkdir(parents=True, exist_ok=True)
+    elif app.config["SQLALCHEMY_DATABASE_URI"].startswith("postgresql+psycopg"):
+        app.config["SQLALCHEMY_ENGINE_OPTIONS"] = bounded_waits(app.config["SQLALCHEMY_ENGINE_OPTIONS"],
+                                                                app.config["PROMESA_DATABASE_TIMEOUT_SECONDS"])
 
     db.init_app(app)
     with app.app_context():

@@ -162,6 +162,8 @@ DEFAULTS = {
     # How long one Redis call waits for a connection or an answer before Redis counts as away. A Redis
     # that hangs without closing (a paused server, a dropped network) must not hang a page, ingest or a loop.
     "PROMESA_REDIS_TIMEOUT_SECONDS": 3.0,
+    # A PostgreSQL that stopped answering (a network cut) is away after this long: to connect, or to acknowledge.
+    "PROMESA_DATABASE_TIMEOUT_SECONDS": 10.0,
     # /readyz and `promesa status`: how long the database and Redis each have to answer.
     "PROMESA_READY_TIMEOUT_SECONDS": 1.0,
     "PROMESA_QUEUE": "promesa",

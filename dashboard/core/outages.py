@@ -46,6 +46,17 @@ def drop_dead_connections(engine) -> None:
             raise exc.DisconnectionError("the server closed this pooled connection")
 
 
+def bounded_waits(options: dict, seconds: float) -> dict:
+    """Engine options whose PostgreSQL connections wait about `seconds` at most for a server that stopped
+    answering (a network cut: nothing refused, nothing answered), instead of the kernel's quarter of an hour:
+    to connect, and for what was sent to be acknowledged; idle ones are probed, so a dead one is found before
+    it is used. A slow query is not cut short: the server acknowledges it, then takes its time."""
+    libpq = {"connect_timeout": max(2, round(seconds)), "tcp_user_timeout": round(seconds * 1000), "keepalives": 1,
+             "keepalives_idle": max(1, round(seconds)), "keepalives_interval": max(1, round(seconds / 3)),
+             "keepalives_count": 3}
+    return {**options, "connect_args": {**libpq, **options.get("connect_args", {})}}
+
+
 def _has_unread_data(dbapi_connection) -> bool:
     try:
         fd = dbapi_connection.fileno()

@@ -36,6 +36,7 @@ import time
 import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import aiohttp
 from sqlalchemy import (
@@ -46,7 +47,6 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
-    func,
     or_,
     select,
     update,
@@ -283,6 +283,17 @@ def load(conn, ids: list[str]) -> list[Claimed]:
     return loaded(conn.execute(_LOAD, {"claimed": ids}).all()) if ids else []
 
 
+class _Decided(NamedTuple):
+    """A finished attempt, and what follows from it: its next state and its attempt row."""
+    item: Claimed
+    token: str
+    attempted_at: dt.datetime
+    result: http.AttemptResult
+    outcome: Outcome
+    decision: Decision
+    attempt: tuple
+
+
 @dataclass
 class DrainStats:
     claimed: int = 0
@@ -415,26 +426,57 @@ class DeliveryEngine:
 
         retry_on_lost_connection(write, "renewing leases")
 
-    def record(self, finished: list[tuple[Claimed, str, dt.datetime, http.AttemptResult]], stats: DrainStats,
-               recheck: bool = False) -> None:
+    def record(self, finished: list[tuple[Claimed, str, dt.datetime, http.AttemptResult]], stats: DrainStats) -> None:
         """Write the attempts and the next state of every delivery in one transaction, then schedule retries.
-        `recheck`: this batch may have been written already (a write that failed late): check first."""
+        Only the deliveries that still carry the lease they were sent under are written: a batch written
+        already (a write that failed late), or one whose lease ran out and another worker took over (this
+        one was cut off for longer than the lease), is refused, so no attempt is ever recorded twice."""
         if not finished:
             return
         now = self.clock.now()
-        attempts, updates, to_disable, to_schedule = [], [], {}, []
-        settled: dict[tuple, list[str]] = {}  # finished for now (no next attempt): one UPDATE per kind
-        counts: dict[tuple[str, dt.datetime], list[int]] = {}  # per (subscription, minute), for charts and alerts
+        decided: list[_Decided] = []
         for item, token, attempted_at, result in finished:
             outcome = result.outcome
-            attempts.append((item.delivery_id, item.attempt_number, attempted_at, result.duration_ms,
-                             outcome.status_code, outcome.error, result.response_excerpt, result.response_headers))
+            attempt = (item.delivery_id, item.attempt_number, attempted_at, result.duration_ms,
+                       outcome.status_code, outcome.error, result.response_excerpt, result.response_headers)
             try:
                 decision = decide(policy_for(item.retry_policy, item.max_age_seconds), outcome,
                                   item.attempts_in_schedule, item.schedule_started_at, now, self.rng)
             except Exception as exc:  # noqa: BLE001 - a bug in one decision is that attempt's error, not the batch's
                 outcome, decision = self._fallback_decision(item, exc, now)
-                attempts[-1] = attempts[-1][:5] + (outcome.error,) + attempts[-1][6:]
+                attempt = attempt[:5] + (outcome.error,) + attempt[6:]
+            decided.append(_Decided(item, token, attempted_at, result, outcome, decision, attempt))
+            stats.attempted += 1
+            stats.states[decision.state] += 1
+
+        def write() -> list[_Decided]:
+            with self.db_engine.begin() as conn:
+                leased = self._still_leased(conn, finished)
+                kept = [d for d in decided if d.item.delivery_id in leased]
+                if kept:
+                    self._write(conn, kept, now)
+                return kept
+
+        kept = retry_on_lost_connection(write, "recording attempts")
+        if len(kept) < len(decided):
+            log.warning("%d attempts not recorded: their leases had run out and another worker took them over, "
+                        "or they were recorded already", len(decided) - len(kept))
+        to_schedule = [(work_item(d.item.subscription_id, d.item.delivery_id), unix(d.decision.next_attempt_at))
+                       for d in kept  # a pull one waits for its client
+                       if d.decision.state == DeliveryState.SCHEDULED and d.item.url is not None]
+        # After the commit: if Redis is away, the retry is only delayed until the sweeper finds it.
+        try:
+            self.work.schedule(to_schedule)
+        except REDIS_AWAY:
+            log.warning("Redis is away: %d retries wait for the sweeper", len(to_schedule))
+
+    def _write(self, conn, decided: list[_Decided], now: dt.datetime) -> None:
+        """The attempt rows and next states of these attempts, whose leases the transaction holds."""
+        attempts, updates, to_disable = [], [], {}
+        settled: dict[tuple, list[str]] = {}  # finished for now (no next attempt): one UPDATE per kind
+        counts: dict[tuple[str, dt.datetime], list[int]] = {}  # per (subscription, minute), for charts and alerts
+        for item, token, attempted_at, result, outcome, decision, attempt in decided:
+            attempts.append(attempt)
             if item.event_type != TEST_EVENT_TYPE:
                 count = counts.setdefault((item.subscription_id, outcomes.minute_of(attempted_at)), [0, 0, 0, 0])
                 count[0 if outcome.succeeded else 1] += 1
@@ -451,46 +493,27 @@ class DeliveryEngine:
                 })
             if decision.disable_subscription:
                 to_disable[item.subscription_id] = decision.disable_subscription
-            if decision.state == DeliveryState.SCHEDULED and item.url is not None:  # a pull one waits for its client
-                to_schedule.append((work_item(item.subscription_id, item.delivery_id), unix(decision.next_attempt_at)))
-            stats.attempted += 1
-            stats.states[decision.state] += 1
-        tries = 0
-
-        def write():
-            nonlocal tries
-            tries += 1
-            with self.db_engine.begin() as conn:
-                if (recheck or tries > 1) and not self._still_leased(conn, finished):
-                    return  # the first try committed before its connection died: do not write it twice
-                self._insert_attempts(conn, attempts)
-                outcomes.add(conn, counts)
-                for (token, state, attempt_count, status_code, error), ids in settled.items():
-                    conn.execute(_SETTLE[conn.dialect.name == "postgresql"], {
-                        "ids": ids, "token": token, "state": state, "attempt_count": attempt_count,
-                        "status_code": status_code, "error": error, "now": now,
-                        "succeeded_at": now if state == DeliveryState.SUCCEEDED else None,
-                        "dead_lettered_at": now if state == DeliveryState.DEAD else None})
-                if updates:
-                    conn.execute(_RESCHEDULE, updates)
-                for subscription_id, reason in to_disable.items():
-                    # In the batch's transaction, so a 410 and its disable commit together (audited later: autodisable).
-                    conn.execute(update(SUBSCRIPTIONS)
-                                 .where(SUBSCRIPTIONS.c.id == subscription_id,
-                                        SUBSCRIPTIONS.c.state == SubscriptionState.ACTIVE)
-                                 .values(**held_values(SubscriptionState.DISABLED, reason), updated_at=now))
-
-        retry_on_lost_connection(write, "recording attempts")
-        # After the commit: if Redis is away, the retry is only delayed until the sweeper finds it.
-        try:
-            self.work.schedule(to_schedule)
-        except REDIS_AWAY:
-            log.warning("Redis is away: %d retries wait for the sweeper", len(to_schedule))
+        self._insert_attempts(conn, attempts)
+        outcomes.add(conn, counts)
+        for (token, state, attempt_count, status_code, error), ids in settled.items():
+            conn.execute(_SETTLE[conn.dialect.name == "postgresql"], {
+                "ids": ids, "token": token, "state": state, "attempt_count": attempt_count,
+                "status_code": status_code, "error": error, "now": now,
+                "succeeded_at": now if state == DeliveryState.SUCCEEDED else None,
+                "dead_lettered_at": now if state == DeliveryState.DEAD else None})
+        if updates:
+            conn.execute(_RESCHEDULE, updates)
+        for subscription_id, reason in to_disable.items():
+            # In the batch's transaction, so a 410 and its disable commit together (audited later: autodisable).
+            conn.execute(update(SUBSCRIPTIONS)
+                         .where(SUBSCRIPTIONS.c.id == subscription_id,
+                                SUBSCRIPTIONS.c.state == SubscriptionState.ACTIVE)
+                         .values(**held_values(SubscriptionState.DISABLED, reason), updated_at=now))
 
     def through_outage(self, write, *args):
         """Run `write(*args)`; with the database away, wait up to OUTAGE_WAIT_SECONDS for it and run it
-        once more. For what a failed drain still owes: attempts already sent (recorded with their recheck,
-        so a write that committed after all is not made twice) and claimed work given back."""
+        once more. For what a failed drain still owes: attempts already sent (a record that committed after
+        all is refused the second time: its leases are gone) and claimed work given back."""
         try:
             return write(*args)
         except Exception as error:  # noqa: BLE001 - only the database being away is waited out
@@ -499,8 +522,6 @@ class DeliveryEngine:
             database_outage.failed(error, "worker")
         if not database_outage.wait_until_back(self.db_engine, "worker", timeout=OUTAGE_WAIT_SECONDS):
             raise TimeoutError(f"the database stayed away for {OUTAGE_WAIT_SECONDS} s")
-        if write == self.record:
-            return write(*args[:2], True)
         return write(*args)
 
     def _fallback_decision(self, item: Claimed, exc: Exception, now: dt.datetime) -> tuple[Outcome, Decision]:
@@ -511,13 +532,15 @@ class DeliveryEngine:
                                item.schedule_started_at, now, self.rng)
 
     @staticmethod
-    def _still_leased(conn, finished) -> bool:
-        """Does any delivery of this batch still carry the lease it was sent under? (No: the batch's
-        one transaction already committed, which settles or reschedules every one of them.)"""
-        ids = [item.delivery_id for item, *_ in finished]
-        tokens = list({token for _, token, *_ in finished})
-        return bool(conn.execute(select(func.count()).select_from(DELIVERIES)
-                                 .where(DELIVERIES.c.id.in_(ids), DELIVERIES.c.lease_token.in_(tokens))).scalar())
+    def _still_leased(conn, finished) -> set[str]:
+        """The deliveries of this batch that still carry the lease they were sent under, locked until the
+        batch is written: another worker's claim (of a lease run out) waits for the write, or came first."""
+        sent_under = {(item.delivery_id, token) for item, token, *_ in finished}
+        rows = conn.execute(select(DELIVERIES.c.id, DELIVERIES.c.lease_token)
+                            .where(DELIVERIES.c.id.in_([delivery_id for delivery_id, _ in sent_under]),
+                                   DELIVERIES.c.lease_token.in_(list({token for _, token in sent_under})))
+                            .with_for_update())
+        return {delivery_id for delivery_id, token in rows if (delivery_id, token) in sent_under}
 
     def _insert_attempts(self, conn, rows: list[tuple]) -> None:
         """Attempt rows in bulk: COPY on PostgreSQL (far less CPU than executemany), executemany elsewhere."""
@@ -1275,19 +1298,19 @@ class _Drain:
                     task.cancel()  # cannot happen within its timeout; do not leave it behind
         self.done = [task for task in self.in_flight if task.done() and not task.cancelled()]
         self.collect()
-        batches = [(self.finished, False)]
+        batches = [self.finished]
         self.finished = []
         if self.recording is not None:
             try:
                 await self.recording
             except Exception:  # noqa: BLE001 - written again below, unless it committed after all
-                batches.append((self.recording_batch, True))
+                batches.append(self.recording_batch)
             self.recording, self.recording_batch = None, []
-        for batch, recheck in batches:
+        for batch in batches:
             if not batch:
                 continue
             try:
-                await asyncio.to_thread(engine.through_outage, engine.record, batch, self.stats, recheck)
+                await asyncio.to_thread(engine.through_outage, engine.record, batch, self.stats)
             except Exception:  # noqa: BLE001
                 log.exception("could not record %d attempts already sent; they will be sent again after their "
                               "leases (%s s)", len(batch), engine.lease_seconds)

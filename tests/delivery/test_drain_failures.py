@@ -124,3 +124,33 @@ def test_a_drain_renews_the_leases_of_what_it_holds(app, producer, receiver, mon
     assert stolen == []  # still leased: renewed while they waited
     assert sorted(json.loads(r.body)["id"] for r in receiver.requests) == sorted(ids)  # all six, each once
     assert leased_count() == 0
+
+
+def test_a_write_under_a_lease_that_ran_out_and_was_taken_over_is_refused(app, producer, receiver, clock):
+    """A worker cut off for longer than its lease comes back with the attempts it made meanwhile: another
+    worker has since claimed one of those deliveries and attempted it. The late write records only what
+    still carries its lease, so no delivery has two attempts with one number, nor is settled twice."""
+    from dashboard.delivery import http
+    from dashboard.delivery.engine import DrainStats
+    from dashboard.delivery.policies import Outcome
+
+    producer.subscribe(receiver.url + "/ok")
+    for n in range(2):
+        producer.publish("file.updated", {"n": n})
+    work = WorkQueue.for_app(app)
+    cut_off, other = DeliveryEngine(app, work, clock), DeliveryEngine(app, work, clock)
+    ids = db.session.scalars(select(Delivery.id).order_by(Delivery.id)).all()
+    sent, stale_token = cut_off.claim(ids)
+    clock.advance(seconds=cut_off.lease_seconds + 1)
+    taken_over, token = other.claim(ids[:1])
+    assert [item.delivery_id for item in taken_over] == ids[:1]
+
+    def answered(items, token):
+        return [(item, token, clock.now(), http.AttemptResult(Outcome(status_code=200), 5, None)) for item in items]
+
+    other.record(answered(taken_over, token), DrainStats())
+    cut_off.record(answered(sent, stale_token), DrainStats())
+
+    db.session.expire_all()
+    assert sorted(db.session.execute(select(Attempt.delivery_id, Attempt.number)).all()) == [(ids[0], 1), (ids[1], 1)]
+    assert [d.state for d in db.session.scalars(select(Delivery).order_by(Delivery.id))] == ["succeeded"] * 2

@@ -37,6 +37,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def promesa_env(app) -> dict:
+    """The environment of a Promesa process serving the test app's installation (database, Redis, keys)."""
+    cfg = app.config
+    return dict(os.environ, DATABASE_URL=cfg["SQLALCHEMY_DATABASE_URI"], REDIS_URL=cfg["REDIS_URL"],
+                SECRET_KEY=cfg["SECRET_KEY"], PROMESA_ENCRYPTION_KEY=cfg["PROMESA_ENCRYPTION_KEY"],
+                PROMESA_INSTANCE_PATH=app.instance_path, PROMESA_REDIS_PREFIX=cfg["PROMESA_REDIS_PREFIX"],
+                PROMESA_QUEUE=cfg["PROMESA_QUEUE"], PROMESA_ALLOW_PRIVATE_TARGETS="1",
+                # Faults are found in seconds, not minutes: a lost lease or a flushed Redis is
+                # noticed by the sweeper within these.
+                PROMESA_SWEEP_INTERVAL_SECONDS="2", PROMESA_LEASE_SECONDS=str(cfg["PROMESA_LEASE_SECONDS"]),
+                PROMESA_DRAIN_BUDGET_SECONDS="5")
+
+
 class Stack:
     """`promesa up`: gunicorn, two workers and a sweeper, in a process group of its own."""
 
@@ -47,15 +60,7 @@ class Stack:
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
         self.up_args: list[str] = []  # more of `promesa up`'s options (e.g. --workers)
-        cfg = app.config
-        self.env = dict(os.environ, DATABASE_URL=cfg["SQLALCHEMY_DATABASE_URI"], REDIS_URL=cfg["REDIS_URL"],
-                        SECRET_KEY=cfg["SECRET_KEY"], PROMESA_ENCRYPTION_KEY=cfg["PROMESA_ENCRYPTION_KEY"],
-                        PROMESA_INSTANCE_PATH=app.instance_path, PROMESA_REDIS_PREFIX=cfg["PROMESA_REDIS_PREFIX"],
-                        PROMESA_QUEUE=cfg["PROMESA_QUEUE"], PROMESA_ALLOW_PRIVATE_TARGETS="1",
-                        # Faults are found in seconds, not minutes: a lost lease or a flushed Redis is
-                        # noticed by the sweeper within these.
-                        PROMESA_SWEEP_INTERVAL_SECONDS="2", PROMESA_LEASE_SECONDS=str(cfg["PROMESA_LEASE_SECONDS"]),
-                        PROMESA_DRAIN_BUDGET_SECONDS="5")
+        self.env = promesa_env(app)
 
     def start(self) -> None:
         log = open(self.log_path, "a")
@@ -122,20 +127,28 @@ def fault_redis_url(private_redis) -> str:
     return private_redis.url
 
 
-@pytest.fixture
-def fault_app(request, fault_redis_url, tmp_path):
-    """The app (in the test process, for setup and counting) on PostgreSQL and the fault test's Redis."""
-    url = request.getfixturevalue("postgres_url")
-    _empty_tables(url)
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url, "REDIS_URL": fault_redis_url,
-                      "INSTANCE_PATH": str(tmp_path / "instance"), "PROMESA_REDIS_PREFIX": "faults",
-                      "PROMESA_QUEUE": "faults", "PROMESA_ALLOW_PRIVATE_TARGETS": True, "CLOCK": SystemClock(),
-                      "PROMESA_LEASE_SECONDS": 4})
+@contextlib.contextmanager
+def counting_app(database_url: str, redis_url: str, instance: Path, prefix: str, lease_seconds: int):
+    """The app in the test process (for setup and counting), in its context, on a fault test's database and
+    Redis, with the Redis prefix and queue name `prefix`."""
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": database_url, "REDIS_URL": redis_url,
+                      "INSTANCE_PATH": str(instance), "PROMESA_REDIS_PREFIX": prefix, "PROMESA_QUEUE": prefix,
+                      "PROMESA_ALLOW_PRIVATE_TARGETS": True, "CLOCK": SystemClock(),
+                      "PROMESA_LEASE_SECONDS": lease_seconds})
     with app.app_context():
         yield app
         with contextlib.suppress(sa.exc.DBAPIError):  # its connection may be one the test terminated
             db.session.remove()
         db.engine.dispose()
+
+
+@pytest.fixture
+def fault_app(request, fault_redis_url, tmp_path):
+    """The app (in the test process, for setup and counting) on PostgreSQL and the fault test's Redis."""
+    url = request.getfixturevalue("postgres_url")
+    _empty_tables(url)
+    with counting_app(url, fault_redis_url, tmp_path / "instance", "faults", lease_seconds=4) as app:
+        yield app
 
 
 @pytest.fixture

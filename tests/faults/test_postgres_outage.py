@@ -6,8 +6,6 @@ duplicates are counted and within what was in flight."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import threading
 import time
@@ -16,16 +14,12 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from dashboard.app import create_app
-from dashboard.core.clock import SystemClock
-from dashboard.core.extensions import db
-
 from ..conftest import IN_CI, Producer, _migrate
 from ..support.private_postgres import PrivatePostgres, postgres_bin_dir
-from ..support.publishing import RawPublisher
+from ..support.publishing import ClientPublisher, RawPublisher
 from ..support.receiver import Receiver
 from ..support.waiting import wait_until
-from .conftest import UP_BEATS, Stack, beating, close_the_books, query, report, unsettled
+from .conftest import UP_BEATS, Stack, beating, close_the_books, counting_app, query, report, unsettled
 
 try:
     import promesa_producer
@@ -62,46 +56,8 @@ def outage_app(private_postgres, private_redis, tmp_path):
     admin.dispose()
     url = private_postgres.url("promesa")
     _migrate(url)
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url, "REDIS_URL": private_redis.url,
-                      "INSTANCE_PATH": str(tmp_path / "instance"), "PROMESA_REDIS_PREFIX": "pgout",
-                      "PROMESA_QUEUE": "pgout", "PROMESA_ALLOW_PRIVATE_TARGETS": True, "CLOCK": SystemClock(),
-                      "PROMESA_LEASE_SECONDS": LEASE_SECONDS})
-    with app.app_context():
+    with counting_app(url, private_redis.url, tmp_path / "instance", "pgout", LEASE_SECONDS) as app:
         yield app
-        with contextlib.suppress(sa.exc.DBAPIError):
-            db.session.remove()
-        db.engine.dispose()
-
-
-class ClientPublisher(threading.Thread):
-    """The producer client, with a spool: what it could not hand over in its retries waits there for flush()."""
-
-    def __init__(self, url: str, token: str, spool: str, stop: threading.Event):
-        super().__init__(daemon=True)
-        # A producer that will not wait 5 s per event: a Retry-After beyond a second spools it at once.
-        self.client = promesa_producer.Client(url, token, retries=3, backoff=0.2, max_retry_after=1.0, spool=spool,
-                                              timeout=10)
-        self.stop = stop
-        self.accepted: list[str] = []
-        self.given = 0
-        self.spooled = 0
-
-    def run(self):
-        while not self.stop.is_set():
-            self.given += 1
-            published = self.client.publish("file.updated", {"client": self.given})
-            if published.spooled:
-                self.spooled += 1  # flush() sends it once the service takes events again
-            else:
-                self.accepted.append(published.id)
-            time.sleep(0.2)
-
-    def flush(self) -> list[str]:
-        flushed = self.client.flush()
-        assert not flushed.rejected and self.client.spool.pending() == 0, flushed
-        self.accepted += [p.id for p in flushed.published]
-        assert len(self.accepted) == self.given  # every event the client was handed is now handed over
-        return self.accepted
 
 
 def test_postgres_away_for_20_seconds(outage_app, private_postgres, private_redis, tmp_path):

@@ -34,22 +34,28 @@ def _free_port() -> int:
 
 
 class PrivatePostgres:
-    def __init__(self, bin_dir: Path):
+    """`host`: the address it listens on, and `run_in`: a command prefix its programs run under (a network
+    namespace's `ip netns exec <name>`); `clients`: a network (CIDR) beside loopback whose clients it trusts."""
+
+    def __init__(self, bin_dir: Path, host: str = "127.0.0.1", run_in: tuple[str, ...] = (),
+                 clients: str | None = None):
         self.bin_dir = bin_dir
+        self.host = host
+        self.clients = clients
         self.port = _free_port()
         # Not under pytest's tmp_path: as root, that is a folder the postgres user cannot enter.
         self.directory = Path(tempfile.mkdtemp(prefix="promesa-pg-"))
         self.data = self.directory / "data"
         self.log = self.directory / "postgres.log"
-        self.as_user: list[str] = []
+        self.as_user: list[str] = list(run_in)
         if os.geteuid() == 0:
             user = pwd.getpwnam("postgres")
             os.chown(self.directory, user.pw_uid, user.pw_gid)
-            self.as_user = ["runuser", "-u", "postgres", "--"]
-        self.admin_url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+            self.as_user += ["runuser", "-u", "postgres", "--"]
+        self.admin_url = self.url("postgres")
 
     def url(self, database: str) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/{database}"
 
     def _run(self, *argv: str, timeout: float = 60) -> None:
         done = subprocess.run([*self.as_user, *argv], capture_output=True, text=True, timeout=timeout)
@@ -59,10 +65,13 @@ class PrivatePostgres:
     def init(self) -> None:
         self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
                   "-E", "UTF8", "--no-sync", "--no-instructions")
+        if self.clients:
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {self.clients} trust\n")
 
     def start(self) -> None:
         # Durability is not what is tested: no fsync, so the restart is seconds on a busy machine.
-        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.directory} -c fsync=off "
+        options = (f"-p {self.port} -c listen_addresses={self.host} -k {self.directory} -c fsync=off "
                    "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
         self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options,
                   "-w", "-t", "60", "start")
@@ -86,7 +95,7 @@ class PrivatePostgres:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                socket.create_connection((self.host, self.port), timeout=1).close()
                 return
             except OSError:
                 if time.monotonic() > deadline:

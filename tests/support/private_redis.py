@@ -36,10 +36,14 @@ def wait_until_it_answers(conn: redis.Redis, timeout: float = 10) -> None:
 
 class PrivateRedis:
     """A Redis server of this test's own, on a unix socket, that the test stops, starts and pauses; with
-    `port`, on 127.0.0.1 too, and with `replica_of` (a port there), that server's replica."""
+    `port`, on 127.0.0.1 (or `host`) too, and with `replica_of` (a port there), that server's replica;
+    `run_in`: a command prefix it runs under (a network namespace's `ip netns exec <name>`)."""
 
-    def __init__(self, directory: Path, port: int | None = None, replica_of: int | None = None):
+    def __init__(self, directory: Path, port: int | None = None, replica_of: int | None = None,
+                 host: str = "127.0.0.1", run_in: tuple[str, ...] = ()):
         self.directory = directory
+        self.host = host
+        self.run_in = run_in
         directory.mkdir(parents=True, exist_ok=True)
         self.socket = directory / "redis.sock"
         self.url = f"unix://{self.socket}"
@@ -48,12 +52,14 @@ class PrivateRedis:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        listening = ["--port", str(self.port), "--bind", "127.0.0.1"] if self.port else ["--port", "0"]
-        replicating = ["--replicaof", "127.0.0.1", str(self.replica_of)] if self.replica_of else []
+        listening = ["--port", str(self.port), "--bind", self.host] if self.port else ["--port", "0"]
+        if self.host != "127.0.0.1":  # clients of other hosts (a test's own network) are let in without a password
+            listening += ["--protected-mode", "no"]
+        replicating = ["--replicaof", self.host, str(self.replica_of)] if self.replica_of else []
         self.process = subprocess.Popen(
-            [redis_server_binary(), *listening, *replicating, "--unixsocket", str(self.socket), "--unixsocketperm",
-             "700", "--dir", str(self.directory), "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
-             "--logfile", str(self.directory / "redis.log")],
+            [*self.run_in, redis_server_binary(), *listening, *replicating, "--unixsocket", str(self.socket),
+             "--unixsocketperm", "700", "--dir", str(self.directory), "--dbfilename", "dump.rdb", "--save", "",
+             "--appendonly", "no", "--logfile", str(self.directory / "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until_it_answers(redis.Redis(unix_socket_path=str(self.socket)))
 

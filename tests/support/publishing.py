@@ -50,3 +50,36 @@ class RawPublisher(threading.Thread):
             self.accepted.append(accepted)
             self.posted_at[accepted] = posted_at
             time.sleep(0.1)
+
+
+class ClientPublisher(threading.Thread):
+    """The producer client, with a spool: what it could not hand over in its retries waits there for flush()."""
+
+    def __init__(self, url: str, token: str, spool: str, stop: threading.Event):
+        import promesa_producer  # its own distribution (sdk/producer): a test without it skips before this
+
+        super().__init__(daemon=True)
+        # A producer that will not wait 5 s per event: a Retry-After beyond a second spools it at once.
+        self.client = promesa_producer.Client(url, token, retries=3, backoff=0.2, max_retry_after=1.0, spool=spool,
+                                              timeout=10)
+        self.stop = stop
+        self.accepted: list[str] = []
+        self.given = 0
+        self.spooled = 0
+
+    def run(self):
+        while not self.stop.is_set():
+            self.given += 1
+            published = self.client.publish("file.updated", {"client": self.given})
+            if published.spooled:
+                self.spooled += 1  # flush() sends it once the service takes events again
+            else:
+                self.accepted.append(published.id)
+            time.sleep(0.2)
+
+    def flush(self) -> list[str]:
+        flushed = self.client.flush()
+        assert not flushed.rejected and self.client.spool.pending() == 0, flushed
+        self.accepted += [p.id for p in flushed.published]
+        assert len(self.accepted) == self.given  # every event the client was handed is now handed over
+        return self.accepted

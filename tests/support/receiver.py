@@ -25,6 +25,7 @@ class Received:
     headers: dict
     body: bytes
     at: float
+    sender: str = ""  # the address it came from (which host, where a test has several)
 
 
 class _Server(ThreadingHTTPServer):
@@ -50,7 +51,8 @@ class Serving:
 
 
 class Receiver(Serving):
-    def __init__(self, port: int = 0):  # a port: to come back where a stopped receiver was
+    # A port: to come back where a stopped receiver was; a host: an address other than loopback to listen on.
+    def __init__(self, port: int = 0, host: str = "127.0.0.1"):
         self.requests: list[Received] = []
         self.hits: Counter = Counter()
         self.lock = threading.Lock()
@@ -69,7 +71,8 @@ class Receiver(Serving):
                 with receiver.lock:
                     receiver.hits[self.path] += 1
                     n = receiver.hits[self.path]
-                    receiver.requests.append(Received(self.path, dict(self.headers), body, time.time()))
+                    receiver.requests.append(Received(self.path, dict(self.headers), body, time.time(),
+                                                      self.client_address[0]))
                     receiver.arrived.notify_all()
                 if self.path.startswith("/hang-after-head/"):
                     return self.hang_after_head(float(self.path.rsplit("/", 1)[1]))
@@ -94,8 +97,8 @@ class Receiver(Serving):
                 time.sleep(seconds)
                 self.close_connection = True
 
-        self.server = _Server(("127.0.0.1", port), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = _Server((host, port), Handler)
+        self.url = f"http://{host}:{self.server.server_address[1]}"
 
     def behaviour(self, path: str, n: int) -> tuple[int, dict]:
         parts = path.strip("/").split("/")
