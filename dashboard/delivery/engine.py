@@ -185,7 +185,7 @@ _SENDING_COLUMNS = (EVENTS.c.id.label("event_id"), EVENTS.c.type, EVENTS.c.creat
                     SUBSCRIPTIONS.c.rate_limit_per_s, SUBSCRIPTIONS.c.max_in_flight,
                     cast(SUBSCRIPTIONS.c.team_id, String).label("team_id"), CONSUMERS.c.uid.label("consumer_uid"),
                     SUBSCRIPTIONS.c.headers_ciphertext, SUBSCRIPTIONS.c.auth_ciphertext,
-                    SUBSCRIPTIONS.c.tls_ciphertext)
+                    SUBSCRIPTIONS.c.tls_ciphertext, EVENTS.c.traceparent)
 _CLAIM = _claim(array=False).returning(DELIVERIES.c.id)
 _LOAD = (
     select(DELIVERIES.c.id, DELIVERIES.c.attempt_count, DELIVERIES.c.retry_base, DELIVERIES.c.schedule_started_at,
@@ -266,6 +266,7 @@ class Claimed:
     headers_ciphertext: str | None  # the receiver's own headers, encrypted (None: none)
     auth_ciphertext: str | None  # OAuth2 client credentials, encrypted (None: no token)
     tls_ciphertext: str | None  # a client certificate, its key and CA bundle, encrypted (None: none)
+    traceparent: str | None  # the producer's, sent on every attempt (dashboard.core.tracing); None: none
     turn: float | None = None  # unix time its rate limit lets it go, when it has one (delivery.ratelimit)
 
 
@@ -836,7 +837,8 @@ class DeliveryEngine:
                 event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
                 attempt_number=item.attempt_number, scheme=item.scheme,
                 secrets=self.signing_secrets(item, attempted_at), timestamp=timestamp, body=item.body,
-                consumer=item.consumer_uid, own=self.own_headers(item.headers_ciphertext))
+                consumer=item.consumer_uid, own=self.own_headers(item.headers_ciphertext),
+                traceparent=item.traceparent)
             ssl_context = self.tls.get(item.tls_ciphertext)
         except Exception as exc:  # noqa: BLE001 - e.g. a secret that no longer decrypts: this attempt's error
             log.exception("preparing delivery %s failed", item.delivery_id)
