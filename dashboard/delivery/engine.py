@@ -52,7 +52,7 @@ from sqlalchemy import (
     update,
 )
 
-from dashboard.core import crypto
+from dashboard.core import crypto, tracing
 from dashboard.core.clock import from_unix, unix
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, retry_on_lost_connection
 from dashboard.delivery import http, oauth, tls
@@ -554,6 +554,13 @@ class DeliveryEngine:
     def drain(self, slot_token: str | None = None, budget_seconds: float = 30.0,
               linger_seconds: float = 0.0) -> DrainStats:
         """Deliver ready work until the list stays empty for `linger_seconds` or the budget is spent."""
+        with tracing.span("promesa.drain") as span:  # each attempt's span is its child, unless its event has a trace
+            stats = self._drain_in_loop(slot_token, budget_seconds, linger_seconds)
+            tracing.annotate(span, **{"promesa.claimed": stats.claimed, "promesa.attempted": stats.attempted,
+                                      "promesa.succeeded": stats.succeeded})
+            return stats
+
+    def _drain_in_loop(self, slot_token: str | None, budget_seconds: float, linger_seconds: float) -> DrainStats:
         if not self.keep_alive:
             with asyncio.Runner(loop_factory=new_event_loop) as runner:
                 return runner.run(self._drain_once(slot_token, budget_seconds, linger_seconds))
@@ -832,17 +839,19 @@ class DeliveryEngine:
         """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts.
         A rate-limited one goes at its turn, `wait` seconds from now, through its endpoint's in-flight
         `gate` (delivery.ratelimit.at_turn)."""
+        span, traceparent = tracing.attempt(item.traceparent, **{
+            "promesa.subscription_id": item.subscription_id, "promesa.consumer": item.consumer_uid,
+            "promesa.delivery_id": item.delivery_id, "promesa.attempt": item.attempt_number})
         try:
             headers = http.delivery_headers(
                 event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
                 attempt_number=item.attempt_number, scheme=item.scheme,
                 secrets=self.signing_secrets(item, attempted_at), timestamp=timestamp, body=item.body,
-                consumer=item.consumer_uid, own=self.own_headers(item.headers_ciphertext),
-                traceparent=item.traceparent)
+                consumer=item.consumer_uid, own=self.own_headers(item.headers_ciphertext), traceparent=traceparent)
             ssl_context = self.tls.get(item.tls_ciphertext)
         except Exception as exc:  # noqa: BLE001 - e.g. a secret that no longer decrypts: this attempt's error
             log.exception("preparing delivery %s failed", item.delivery_id)
-            return asyncio.get_running_loop().create_task(http.failed(exc))
+            return asyncio.get_running_loop().create_task(http.traced(span, http.failed(exc)))
         post = functools.partial(
             http.post, session, item.url, item.body, connect_timeout=item.connect_timeout,
             attempt_timeout=item.attempt_timeout, excerpt_bytes=self.excerpt_bytes,
@@ -852,7 +861,7 @@ class DeliveryEngine:
             connect_timeout=item.connect_timeout, attempt_timeout=item.attempt_timeout)
         if item.turn is not None:
             sending = at_turn(wait, sending, functools.partial(self.retake, item), gate)
-        return asyncio.get_running_loop().create_task(sending)
+        return asyncio.get_running_loop().create_task(http.traced(span, sending))
 
     def retake(self, item: Claimed) -> tuple[bool, float]:
         """A fresh turn for a request that missed its own: (got one, seconds until it, or until asking again:

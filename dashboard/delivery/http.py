@@ -10,7 +10,7 @@ import logging
 import ssl
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -143,6 +143,21 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
         log.exception("attempt to %s failed inside Promesa", url)
         outcome = Outcome(error=error_text("internal error", exc))
     return AttemptResult(outcome, int((time.monotonic() - started) * 1000), excerpt, answer_headers, location)
+
+
+def traced(span, sending: Awaitable[AttemptResult]) -> Awaitable[AttemptResult]:
+    """`sending`, ending the attempt's span (dashboard.core.tracing.attempt) with its outcome; as is without one."""
+    return sending if span is None else _traced(span, sending)
+
+
+async def _traced(span, sending: Awaitable[AttemptResult]) -> AttemptResult:
+    try:
+        result = await sending
+    except BaseException as exc:  # cancelled (a drain that gave up on it): the span still ends
+        tracing.end_attempt(span, None, type(exc).__name__)
+        raise
+    tracing.end_attempt(span, result.outcome.status_code, result.outcome.error)
+    return result
 
 
 def headers_text(raw: tuple[tuple[bytes, bytes], ...], limit: int = RESPONSE_HEADERS_BYTES) -> str:

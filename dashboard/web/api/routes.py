@@ -40,11 +40,18 @@ def openapi():
            responses={202: schemas.Accepted}, errors=(409, 422, 429), links_to="event_id", token_read_by_view=True)
 def create_event(body: schemas.EventInput):
     refuse_reserved(body.type, "type")
-    # The token is checked by the statement that reads the event's routing: one round trip fewer per event.
-    accepted = ingest_service.ingest(ingest_service.BearerToken(g.bearer_digest), body,
-                                     request.headers.get("Idempotency-Key"),
-                                     tracing.traceparent(request.headers.get(tracing.HEADER)))
+    traceparent = tracing.traceparent(request.headers.get(tracing.HEADER))
+    with ingest_span("/api/v1/events", traceparent) as span:
+        # The token is checked by the statement that reads the event's routing: one round trip fewer per event.
+        accepted = ingest_service.ingest(ingest_service.BearerToken(g.bearer_digest), body,
+                                         request.headers.get("Idempotency-Key"), traceparent)
+        tracing.annotate(span, **{"promesa.event_id": accepted.id, "promesa.deliveries": accepted.deliveries})
     return jsonify(shapes.accepted(accepted)), 202
+
+
+def ingest_span(route: str, traceparent: str | None):
+    """The ingest request's server span, a child of the producer's traceparent (dashboard.core.tracing)."""
+    return tracing.span(f"POST {route}", "server", traceparent, **{"http.request.method": "POST", "http.route": route})
 
 
 @bp.post("/events/batch")
@@ -57,8 +64,11 @@ def create_events(body: schemas.EventBatch):
         raise ApiError(400, "Idempotency-Key applies to single events; give each event of a batch its own id")
     for i, event in enumerate(body.events):
         refuse_reserved(event.type, f"events[{i}].type")
-    accepted = ingest_service.ingest_many(g.team, body.events,
-                                          traceparent=tracing.traceparent(request.headers.get(tracing.HEADER)))
+    traceparent = tracing.traceparent(request.headers.get(tracing.HEADER))
+    with ingest_span("/api/v1/events/batch", traceparent) as span:
+        accepted = ingest_service.ingest_many(g.team, body.events, traceparent=traceparent)
+        tracing.annotate(span, **{"promesa.events": len(accepted),
+                                  "promesa.deliveries": sum(a.deliveries for a in accepted)})
     return jsonify(data=[shapes.accepted(a) for a in accepted]), 202
 
 
