@@ -412,6 +412,9 @@ class Event(db.Model):
     consumer_id: Mapped[int | None] = mapped_column(Integer)
     occurred_at: Mapped[dt.datetime] = mapped_column(DateTime)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)
+    # The producer's W3C traceparent (dashboard.core.tracing), sent on every attempt: the receiver's trace joins
+    # the producer's. None: it sent none, or an invalid one.
+    traceparent: Mapped[str | None] = mapped_column(String(55))
 
     team: Mapped[Team] = relationship()
     consumer: Mapped[Consumer | None] = relationship(primaryjoin="foreign(Event.consumer_id) == Consumer.id",

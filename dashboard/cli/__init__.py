@@ -21,7 +21,7 @@ from dashboard.app import create_app, serving_at
 from dashboard.cli.sinks import sinks_command
 from dashboard.cli.teams import teams_command
 from dashboard.core import config as config_module
-from dashboard.core import logs
+from dashboard.core import logs, tracing
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError
 from dashboard.models import ApiToken, Team, User
@@ -211,6 +211,7 @@ def worker(burst, lane):
     from dashboard.queue.work import WorkQueue
 
     app = current_app._get_current_object()
+    tracing.configure("worker")
     work = WorkQueue.for_app(app)
     stop = threading.Event()
     if not burst:
@@ -241,6 +242,7 @@ def sweep(once):
     from dashboard.operations.sweeper import sweep_forever, sweep_once
 
     app = current_app._get_current_object()
+    tracing.configure("sweeper")
     if once:
         click.echo(f"re-enqueued {sweep_once(app)} deliveries")
         return

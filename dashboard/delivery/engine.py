@@ -52,7 +52,7 @@ from sqlalchemy import (
     update,
 )
 
-from dashboard.core import crypto
+from dashboard.core import crypto, tracing
 from dashboard.core.clock import from_unix, unix
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, retry_on_lost_connection
 from dashboard.delivery import http, oauth, tls
@@ -185,7 +185,7 @@ _SENDING_COLUMNS = (EVENTS.c.id.label("event_id"), EVENTS.c.type, EVENTS.c.creat
                     SUBSCRIPTIONS.c.rate_limit_per_s, SUBSCRIPTIONS.c.max_in_flight,
                     cast(SUBSCRIPTIONS.c.team_id, String).label("team_id"), CONSUMERS.c.uid.label("consumer_uid"),
                     SUBSCRIPTIONS.c.headers_ciphertext, SUBSCRIPTIONS.c.auth_ciphertext,
-                    SUBSCRIPTIONS.c.tls_ciphertext)
+                    SUBSCRIPTIONS.c.tls_ciphertext, EVENTS.c.traceparent)
 _CLAIM = _claim(array=False).returning(DELIVERIES.c.id)
 _LOAD = (
     select(DELIVERIES.c.id, DELIVERIES.c.attempt_count, DELIVERIES.c.retry_base, DELIVERIES.c.schedule_started_at,
@@ -266,6 +266,7 @@ class Claimed:
     headers_ciphertext: str | None  # the receiver's own headers, encrypted (None: none)
     auth_ciphertext: str | None  # OAuth2 client credentials, encrypted (None: no token)
     tls_ciphertext: str | None  # a client certificate, its key and CA bundle, encrypted (None: none)
+    traceparent: str | None  # the producer's, sent on every attempt (dashboard.core.tracing); None: none
     turn: float | None = None  # unix time its rate limit lets it go, when it has one (delivery.ratelimit)
 
 
@@ -576,6 +577,13 @@ class DeliveryEngine:
     def drain(self, slot_token: str | None = None, budget_seconds: float = 30.0,
               linger_seconds: float = 0.0) -> DrainStats:
         """Deliver ready work until the list stays empty for `linger_seconds` or the budget is spent."""
+        with tracing.span("promesa.drain") as span:  # each attempt's span is its child, unless its event has a trace
+            stats = self._drain_in_loop(slot_token, budget_seconds, linger_seconds)
+            tracing.annotate(span, **{"promesa.claimed": stats.claimed, "promesa.attempted": stats.attempted,
+                                      "promesa.succeeded": stats.succeeded})
+            return stats
+
+    def _drain_in_loop(self, slot_token: str | None, budget_seconds: float, linger_seconds: float) -> DrainStats:
         if not self.keep_alive:
             with asyncio.Runner(loop_factory=new_event_loop) as runner:
                 return runner.run(self._drain_once(slot_token, budget_seconds, linger_seconds))
@@ -854,16 +862,19 @@ class DeliveryEngine:
         """Sign and send one attempt. `attempted_at` and its unix `timestamp`: read once for a batch of starts.
         A rate-limited one goes at its turn, `wait` seconds from now, through its endpoint's in-flight
         `gate` (delivery.ratelimit.at_turn)."""
+        span, traceparent = tracing.attempt(item.traceparent, **{
+            "promesa.subscription_id": item.subscription_id, "promesa.consumer": item.consumer_uid,
+            "promesa.delivery_id": item.delivery_id, "promesa.attempt": item.attempt_number})
         try:
             headers = http.delivery_headers(
                 event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
                 attempt_number=item.attempt_number, scheme=item.scheme,
                 secrets=self.signing_secrets(item, attempted_at), timestamp=timestamp, body=item.body,
-                consumer=item.consumer_uid, own=self.own_headers(item.headers_ciphertext))
+                consumer=item.consumer_uid, own=self.own_headers(item.headers_ciphertext), traceparent=traceparent)
             ssl_context = self.tls.get(item.tls_ciphertext)
         except Exception as exc:  # noqa: BLE001 - e.g. a secret that no longer decrypts: this attempt's error
             log.exception("preparing delivery %s failed", item.delivery_id)
-            return asyncio.get_running_loop().create_task(http.failed(exc))
+            return asyncio.get_running_loop().create_task(http.traced(span, http.failed(exc)))
         post = functools.partial(
             http.post, session, item.url, item.body, connect_timeout=item.connect_timeout,
             attempt_timeout=item.attempt_timeout, excerpt_bytes=self.excerpt_bytes,
@@ -873,7 +884,7 @@ class DeliveryEngine:
             connect_timeout=item.connect_timeout, attempt_timeout=item.attempt_timeout)
         if item.turn is not None:
             sending = at_turn(wait, sending, functools.partial(self.retake, item), gate)
-        return asyncio.get_running_loop().create_task(sending)
+        return asyncio.get_running_loop().create_task(http.traced(span, sending))
 
     def retake(self, item: Claimed) -> tuple[bool, float]:
         """A fresh turn for a request that missed its own: (got one, seconds until it, or until asking again:

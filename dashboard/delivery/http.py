@@ -10,14 +10,14 @@ import logging
 import ssl
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
 from promesa_receiver import signing
 
-from dashboard.core import crypto
+from dashboard.core import crypto, tracing
 from dashboard.delivery import tls
 from dashboard.delivery.policies import Outcome
 from dashboard.delivery.targets import PublicOnlyResolver, _is_ip, is_public, public_socket
@@ -55,10 +55,12 @@ def retry_after_seconds(value: str | None, now_unix: float) -> float | None:
 
 def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attempt_number: int,
                      scheme: str, secrets: list[str], timestamp: int, body: bytes,
-                     consumer: str | None = None, own: Mapping[str, str] | None = None) -> dict[str, str]:
+                     consumer: str | None = None, own: Mapping[str, str] | None = None,
+                     traceparent: str | None = None) -> dict[str, str]:
     """`own`: the receiver's own headers (an API key its gateway demands), sent first; none of them is one
-    Promesa sets (`promesa_header_names`), which the subscription's input refuses."""
-    headers = dict(own or {})
+    Promesa sets (`promesa_header_names`), which the subscription's input refuses. `traceparent`: the W3C trace
+    context the producer's trace continues with (dashboard.core.tracing); never the receiver's own."""
+    headers = {name: value for name, value in own.items() if name.lower() != tracing.HEADER} if own else {}
     headers |= {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
@@ -72,6 +74,8 @@ def delivery_headers(*, event_id: str, event_type: str, delivery_id: str, attemp
     }
     if consumer is not None:  # a header, not a field: the signed body stays the same thin event
         headers[signing.CONSUMER_HEADER] = consumer
+    if traceparent is not None:
+        headers[tracing.HEADER] = traceparent
     headers.update(signing.sign_headers(scheme, secrets, event_id, timestamp, body))
     return headers
 
@@ -84,7 +88,7 @@ def promesa_header_names() -> frozenset[str]:
     for scheme in ("promesa", "standard-webhooks"):
         names |= delivery_headers(event_id="evt_0", event_type="t", delivery_id="dlv_0", attempt_number=1,
                                   scheme=scheme, secrets=[signing.new_secret()], timestamp=0, body=b"{}",
-                                  consumer="c").keys()
+                                  consumer="c", traceparent="00-" + "1" * 32 + "-" + "1" * 16 + "-01").keys()
     return frozenset(name.lower() for name in names)
 
 
@@ -139,6 +143,21 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
         log.exception("attempt to %s failed inside Promesa", url)
         outcome = Outcome(error=error_text("internal error", exc))
     return AttemptResult(outcome, int((time.monotonic() - started) * 1000), excerpt, answer_headers, location)
+
+
+def traced(span, sending: Awaitable[AttemptResult]) -> Awaitable[AttemptResult]:
+    """`sending`, ending the attempt's span (dashboard.core.tracing.attempt) with its outcome; as is without one."""
+    return sending if span is None else _traced(span, sending)
+
+
+async def _traced(span, sending: Awaitable[AttemptResult]) -> AttemptResult:
+    try:
+        result = await sending
+    except BaseException as exc:  # cancelled (a drain that gave up on it): the span still ends
+        tracing.end_attempt(span, None, type(exc).__name__)
+        raise
+    tracing.end_attempt(span, result.outcome.status_code, result.outcome.error)
+    return result
 
 
 def headers_text(raw: tuple[tuple[bytes, bytes], ...], limit: int = RESPONSE_HEADERS_BYTES) -> str:

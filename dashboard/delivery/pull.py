@@ -171,7 +171,7 @@ def pull(sub: Subscription, limit: int, lease_seconds: int) -> list[Pulled]:
     return [Pulled(item.delivery_id, item.attempt_number, item.body.decode("utf-8"), http.delivery_headers(
         event_id=item.event_id, event_type=item.event_type, delivery_id=item.delivery_id,
         attempt_number=item.attempt_number, scheme=item.scheme, secrets=engine.signing_secrets(item, now),
-        timestamp=timestamp, body=item.body, consumer=item.consumer_uid))
+        timestamp=timestamp, body=item.body, consumer=item.consumer_uid, traceparent=item.traceparent))
         for item in sorted(items, key=lambda item: order[item.delivery_id])]
 
 

@@ -369,24 +369,27 @@ class Accepted:
     duplicate: bool
 
 
-def ingest(producer: Team | BearerToken, event: EventInput, idempotency_key: str | None = None) -> Accepted:
+def ingest(producer: Team | BearerToken, event: EventInput, idempotency_key: str | None = None,
+           traceparent: str | None = None) -> Accepted:
     """Store one event and its deliveries (or find the first one, for a repeated key or id). `producer`: the
     team, or the request's token, which the routing statement then checks (401 if it names no team)."""
     if idempotency_key is not None and (not 0 < len(idempotency_key) <= 255 or "\x00" in idempotency_key):
         raise ApiError(400, "Idempotency-Key must be 1 to 255 characters, without NUL characters")
-    return ingest_many(producer, [event], idempotency_key, numbered=False)[0]
+    return ingest_many(producer, [event], idempotency_key, numbered=False, traceparent=traceparent)[0]
 
 
 def ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempotency_key: str | None = None,
-                numbered: bool = True, only: tuple[str, bool] | None = None) -> list[Accepted]:
+                numbered: bool = True, only: tuple[str, bool] | None = None,
+                traceparent: str | None = None) -> list[Accepted]:
     """Validate every event first, then store them all and their deliveries in one transaction,
     then enqueue. One bad event rejects the whole batch: nothing is stored half-way.
     `only`: (subscription id, active): deliver to that one subscription alone, whatever its filters
-    and the catalog say (a test event). A BearerToken for `team` only with events of one type and version."""
+    and the catalog say (a test event). A BearerToken for `team` only with events of one type and version.
+    `traceparent`: the request's (valid: dashboard.core.tracing.traceparent), stored with every event of it."""
     lookup = Lookup(autocommit.routing_cache() if autocommit.in_autocommit() else None)
     admitted: list[bool] = []  # the quota is taken once, even when the request is read again
     try:
-        return _ingest_many(team, events_in, idempotency_key, numbered, only, lookup, admitted)
+        return _ingest_many(team, events_in, idempotency_key, numbered, only, lookup, admitted, traceparent)
     except ReadAgain as again:
         if again.changed:
             lookup.stale()
@@ -396,11 +399,12 @@ def ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempoten
         if lookup.generation is None or lookup.writing:
             raise
     # The routing kept had changed, or refused the request: answer from a fresh read instead.
-    return _ingest_many(team, events_in, idempotency_key, numbered, only, Lookup(None), admitted)
+    return _ingest_many(team, events_in, idempotency_key, numbered, only, Lookup(None), admitted, traceparent)
 
 
 def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempotency_key: str | None,
-                 numbered: bool, only: tuple[str, bool] | None, lookup: Lookup, admitted: list[bool]) -> list[Accepted]:
+                 numbered: bool, only: tuple[str, bool] | None, lookup: Lookup, admitted: list[bool],
+                 traceparent: str | None) -> list[Accepted]:
     def at(index: int, exc: ApiError) -> ApiError:
         """In a batch, an error names the event it is about."""
         return ApiError(exc.status, f"events[{index}]: {exc.message}") if numbered else exc
@@ -510,7 +514,9 @@ def _ingest_many(team: Team | BearerToken, events_in: list[EventInput], idempote
     if events:
         lookup.writing = True
         try:
-            store_once(events, {"team_id": team.id, "idempotency_key": idempotency_key, "created_at": now},
+            # A traceparent is a column of the write only when given: without one, the write is as it was.
+            store_once(events, {"team_id": team.id, "idempotency_key": idempotency_key, "created_at": now,
+                                **({} if traceparent is None else {"traceparent": traceparent})},
                        deliveries, {"attempt_count": 0, "retry_base": 0, "next_attempt_at": now,
                                     "created_at": now, "updated_at": now}, lookup.generation)
         except IntegrityError:

@@ -15,6 +15,7 @@ import time
 
 from sqlalchemy import or_, select
 
+from dashboard.core import tracing
 from dashboard.core.clock import unix
 from dashboard.core.extensions import db
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, redis_outage
@@ -57,6 +58,13 @@ def evaluate_minute(app, now: dt.datetime | None = None) -> None:
 
 def sweep_once(app, clock=None) -> int:
     """One pass; returns how many deliveries were enqueued again."""
+    with tracing.span("promesa.sweep") as span:
+        found = _sweep(app, clock)
+        tracing.annotate(span, **{"promesa.enqueued": found})
+        return found
+
+
+def _sweep(app, clock) -> int:
     clock = clock or app.config["CLOCK"]
     work = WorkQueue.for_app(app)
     now = clock.now()

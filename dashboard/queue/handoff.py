@@ -24,6 +24,7 @@ import time
 import redis
 from flask import Flask, current_app
 
+from dashboard.core import tracing
 from dashboard.core.outages import REDIS_AWAY, redis_outage
 from dashboard.queue.work import WorkQueue
 
@@ -156,7 +157,8 @@ def push_now(items: list[str]) -> None:
     """Push work items to Redis now; a Redis that is away or full is logged once, not raised (the sweeper has
     them)."""
     try:
-        WorkQueue.for_app().push(items)
+        with tracing.span("promesa.handoff", "producer", **{"promesa.deliveries": len(items)}):
+            WorkQueue.for_app().push(items)
     except REDIS_AWAY as error:  # accepted work is in the database: never fail the producer for Redis
         redis_outage.failed(error, "ingest")  # one line per outage, not a traceback per request
         return

@@ -29,7 +29,7 @@ HTTP_OWNED = ("host", "content-length", "content-type", "transfer-encoding", "co
 REFUSED_PREFIXES = ("webhook-", "x-promesa-")
 REFUSED_IN_WORDS = ("Host, Content-Length, Content-Type, Transfer-Encoding, Connection, User-Agent, X-Signature, "
                     "webhook-*, X-Promesa-* and the headers Promesa sets on every delivery (X-Event-Id, "
-                    "X-Event-Type, X-Delivery-Id, X-Delivery-Attempt, Accept-Encoding)")
+                    "X-Event-Type, X-Delivery-Id, X-Delivery-Attempt, Accept-Encoding, traceparent)")
 
 
 def refused(name: str) -> bool:

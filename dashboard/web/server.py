@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from dashboard.core import logs
+from dashboard.core import logs, tracing
 from dashboard.queue import handoff
 
 # gunicorn would take X-Forwarded-Proto from a peer on 127.0.0.1 as https; the app decides instead
@@ -31,6 +31,7 @@ def freeze_heap() -> None:
 
 def post_worker_init(worker) -> None:
     freeze_heap()  # the app is loaded
+    tracing.configure("web")  # after the fork: the span exporter's thread is this process's own
 
     handoff.start(served_app(worker))  # ingest hands its work to Redis from a thread of this worker
 

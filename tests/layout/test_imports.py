@@ -41,7 +41,10 @@ def test_every_area_is_a_package_of_the_tree():
 
 
 def test_a_worker_loads_neither_the_bench_nor_psutil():
+    # As deployed without the otel extra: OpenTelemetry's SDK, which redis-py imports whenever it is installed,
+    # loads psutil (the bench's, here) for its process resource on its own; the extra does not install psutil.
     probe = ("import sys\n"
+             "sys.modules['opentelemetry'] = None\n"
              "from dashboard.cli import cli\n"
              "from dashboard.delivery import worker\n"
              "loaded = sorted(m for m in sys.modules if m.startswith(('promesa_bench', 'psutil')))\n"

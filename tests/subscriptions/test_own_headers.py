@@ -97,7 +97,7 @@ def test_credentials_required_fails_against_a_receiver_that_accepts_anything(app
                                   "X-Promesa-Consumer", "x-promesa-check", "X-Promesa-Other",
                                   # what every delivery carries, as dashboard.delivery.http.delivery_headers sets it
                                   "X-Event-Id", "x-event-type", "X-Delivery-Id", "X-Delivery-Attempt",
-                                  "Accept-Encoding"])
+                                  "Accept-Encoding", "traceparent", "TraceParent"])
 def test_headers_promesa_or_http_own_are_refused_by_name(producer, receiver, name):
     value = a_key()
     resp = producer.post("/api/v1/subscriptions", {"url": receiver.url + "/ok",

@@ -35,6 +35,18 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 (keep-alive, as senders pool connections), no line per request on stderr."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def read_body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length", 0)))
+
+
 class Serving:
     """A server on a thread of its own while in a `with` block (`self.server`: a socketserver server)."""
 
@@ -60,14 +72,9 @@ class Receiver(Serving):
         self.asking = threading.local()  # .headers: the request being answered, for a behaviour that reads them
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = self.read_body()
                 with receiver.lock:
                     receiver.hits[self.path] += 1
                     n = receiver.hits[self.path]

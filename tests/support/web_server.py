@@ -20,17 +20,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def installation_env(app, base=None, **settings: str) -> dict[str, str]:
+    """The environment a `promesa` process of the test app's installation runs in: `base` (this process's own
+    by default) with its database, Redis prefix, instance folder and keys, and `settings`."""
+    config = app.config
+    return dict(os.environ if base is None else base, DATABASE_URL=config["SQLALCHEMY_DATABASE_URI"],
+                REDIS_URL=config["REDIS_URL"], PROMESA_INSTANCE_PATH=app.instance_path,
+                PROMESA_REDIS_PREFIX=config["PROMESA_REDIS_PREFIX"], PROMESA_QUEUE=config["PROMESA_QUEUE"],
+                SECRET_KEY=config["SECRET_KEY"], PROMESA_ENCRYPTION_KEY=config["PROMESA_ENCRYPTION_KEY"]) | settings
+
+
 @contextmanager
 def promesa_web(app, log: Path, workers: int = 1, **settings: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """The test app's installation served by `promesa web` (its database, Redis prefix, instance folder and
     keys); `settings`: more environment (PROMESA_...). Its base URL and process; its output in `log`."""
     port = free_port()
-    config = app.config
-    env = dict(os.environ, DATABASE_URL=config["SQLALCHEMY_DATABASE_URI"], REDIS_URL=config["REDIS_URL"],
-               PROMESA_INSTANCE_PATH=app.instance_path, PROMESA_REDIS_PREFIX=config["PROMESA_REDIS_PREFIX"],
-               PROMESA_QUEUE=config["PROMESA_QUEUE"], SECRET_KEY=config["SECRET_KEY"],
-               PROMESA_ENCRYPTION_KEY=config["PROMESA_ENCRYPTION_KEY"], PROMESA_ACCESS_LOG="0")
-    env.update(settings)
+    env = installation_env(app, PROMESA_ACCESS_LOG="0") | settings
     with open(log, "wb") as out:
         web = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "web", "--port", str(port),
                                 "--workers", str(workers)], env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -7,7 +7,7 @@ from flask import current_app, g, jsonify, request
 from sqlalchemy import select
 
 from dashboard import audit, schemas
-from dashboard.core import filters, paging
+from dashboard.core import filters, paging, tracing
 from dashboard.core.extensions import db
 from dashboard.core.validation import NO_NUL, ApiError, refuse_reserved
 from dashboard.ingest import accept as ingest_service
@@ -21,6 +21,9 @@ from dashboard.web.api import bp, shapes
 from dashboard.web.api.openapi import document
 from dashboard.web.api.operations import operation
 
+TRACEPARENT = {"name": "traceparent", "in": "header", "required": False, "schema": {"type": "string"},
+               "description": "W3C Trace Context: stored with the event and sent on every delivery attempt, so the "
+                              "receiver's trace joins yours; an invalid one is ignored"}
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": NO_NUL},
                    "description": "a repeated key returns the first event instead of a second"}
@@ -33,18 +36,27 @@ def openapi():
 
 
 @bp.post("/events")
-@operation("Accept an event for delivery", body=schemas.EventInput, headers=(IDEMPOTENCY_KEY,),
+@operation("Accept an event for delivery", body=schemas.EventInput, headers=(IDEMPOTENCY_KEY, TRACEPARENT),
            responses={202: schemas.Accepted}, errors=(409, 422, 429), links_to="event_id", token_read_by_view=True)
 def create_event(body: schemas.EventInput):
     refuse_reserved(body.type, "type")
-    # The token is checked by the statement that reads the event's routing: one round trip fewer per event.
-    accepted = ingest_service.ingest(ingest_service.BearerToken(g.bearer_digest), body, request.headers.get("Idempotency-Key"))
+    traceparent = tracing.traceparent(request.headers.get(tracing.HEADER))
+    with ingest_span("/api/v1/events", traceparent) as span:
+        # The token is checked by the statement that reads the event's routing: one round trip fewer per event.
+        accepted = ingest_service.ingest(ingest_service.BearerToken(g.bearer_digest), body,
+                                         request.headers.get("Idempotency-Key"), traceparent)
+        tracing.annotate(span, **{"promesa.event_id": accepted.id, "promesa.deliveries": accepted.deliveries})
     return jsonify(shapes.accepted(accepted)), 202
+
+
+def ingest_span(route: str, traceparent: str | None):
+    """The ingest request's server span, a child of the producer's traceparent (dashboard.core.tracing)."""
+    return tracing.span(f"POST {route}", "server", traceparent, **{"http.request.method": "POST", "http.route": route})
 
 
 @bp.post("/events/batch")
 @operation("Accept up to 500 events in one request and one transaction; one bad event rejects the batch "
-           "(the error names its index) and nothing is stored", body=schemas.EventBatch,
+           "(the error names its index) and nothing is stored", body=schemas.EventBatch, headers=(TRACEPARENT,),
            responses={202: schemas.AcceptedBatch}, errors=(409, 422, 429))
 def create_events(body: schemas.EventBatch):
     """Many events in one request and one transaction: for producers with a lot to say."""
@@ -52,7 +64,11 @@ def create_events(body: schemas.EventBatch):
         raise ApiError(400, "Idempotency-Key applies to single events; give each event of a batch its own id")
     for i, event in enumerate(body.events):
         refuse_reserved(event.type, f"events[{i}].type")
-    accepted = ingest_service.ingest_many(g.team, body.events)
+    traceparent = tracing.traceparent(request.headers.get(tracing.HEADER))
+    with ingest_span("/api/v1/events/batch", traceparent) as span:
+        accepted = ingest_service.ingest_many(g.team, body.events, traceparent=traceparent)
+        tracing.annotate(span, **{"promesa.events": len(accepted),
+                                  "promesa.deliveries": sum(a.deliveries for a in accepted)})
     return jsonify(data=[shapes.accepted(a) for a in accepted]), 202
 
 

@@ -37,6 +37,7 @@ def request_as_sent(d: Delivery) -> tuple[int, dict[str, str]]:
                                scheme=d.subscription.signature_scheme,
                                secrets=[crypto.decrypt(d.subscription.secret_ciphertext)],
                                timestamp=int(unix(when)), body=d.event.body.encode("utf-8"),
+                               traceparent=d.event.traceparent,
                                own=own_headers.masked_of(d.subscription)  # names only: values are credentials
                                | client_auth.masked_header(d.subscription))
     return number, shorten_signatures(headers)
