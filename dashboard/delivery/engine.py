@@ -535,13 +535,17 @@ class DeliveryEngine:
     @staticmethod
     def _still_leased(conn, finished) -> set[str]:
         """The deliveries of this batch that still carry the lease they were sent under, locked until the
-        batch is written: another worker's claim (of a lease run out) waits for the write, or came first."""
+        batch is written: another worker's claim (of a lease run out) waits for the write, or came first.
+        A delivery cancelled in flight (its subscription deleted: the lease taken back, never claimed again)
+        keeps its attempt too; the state, settled by lease token, stays cancelled."""
         sent_under = {(item.delivery_id, token) for item, token, *_ in finished}
         rows = conn.execute(select(DELIVERIES.c.id, DELIVERIES.c.lease_token)
                             .where(DELIVERIES.c.id.in_([delivery_id for delivery_id, _ in sent_under]),
-                                   DELIVERIES.c.lease_token.in_(list({token for _, token in sent_under})))
+                                   or_(DELIVERIES.c.lease_token.in_(list({token for _, token in sent_under})),
+                                       and_(DELIVERIES.c.lease_token.is_(None),
+                                            DELIVERIES.c.state == DeliveryState.CANCELLED)))
                             .with_for_update())
-        return {delivery_id for delivery_id, token in rows if (delivery_id, token) in sent_under}
+        return {delivery_id for delivery_id, token in rows if token is None or (delivery_id, token) in sent_under}
 
     def _insert_attempts(self, conn, rows: list[tuple]) -> None:
         """Attempt rows in bulk: COPY on PostgreSQL (far less CPU than executemany), executemany elsewhere."""
