@@ -48,9 +48,7 @@ def serving_at(host: str, port: int, env) -> dict:
 
 
 def create_app(test_config: dict | None = None) -> ReconnectingFlask:
-    # The current directory's instance/ (`make run` in the checkout), never beside an installed package.
-    instance_path = (test_config or {}).get("INSTANCE_PATH") or os.environ.get("PROMESA_INSTANCE_PATH") \
-        or str(Path.cwd() / "instance")
+    instance_path = (test_config or {}).get("INSTANCE_PATH") or config_module.instance_folder()
     app = ReconnectingFlask(__name__, instance_path=instance_path, template_folder=str(resource_folder("templates")),
                 static_folder=str(resource_folder("static")))
     app.config.update(config_module.DEFAULTS)

@@ -45,6 +45,7 @@ class PromesaGroup(FlaskGroup):
         if ctx.parent is None:
             refuse_unsafe_keys(name, rest)
             refuse_unreadable_redis_url(name, rest)
+            refuse_two_homes()
         return name, command, rest
 
     def get_command(self, ctx, name):
@@ -97,6 +98,14 @@ def refuse_unreadable_redis_url(command: str | None, args=(), env=os.environ) ->
         return
     if problem := clients.url_problem(env.get("REDIS_URL")):
         raise click.UsageError(problem)
+
+
+def refuse_two_homes(env=os.environ) -> None:
+    """PROMESA_HOME and its 0.1 name naming two folders: said before any command writes into either."""
+    try:
+        config_module.instance_folder(env)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _trusts_a_proxy(env) -> bool:
@@ -353,7 +362,8 @@ def _up(app, host, port, worker_count):
     from dashboard.queue.work import connect
 
     flask_migrate.upgrade()
-    env = dict(os.environ, PROMESA_INSTANCE_PATH=app.instance_path)
+    env = dict(os.environ, PROMESA_HOME=app.instance_path)
+    env.pop("PROMESA_INSTANCE_PATH", None)
     if not app.config["REDIS_URL"]:
         conn = connect(app)  # starts the embedded server; it lives as long as this process
         env["REDIS_URL"] = f"unix://{conn.socket_file}"

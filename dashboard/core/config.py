@@ -106,6 +106,23 @@ def served_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+# The instance folder's variable; 0.1 called it PROMESA_INSTANCE_PATH, still read when PROMESA_HOME is unset.
+HOME = "PROMESA_HOME"
+OLD_HOME = "PROMESA_INSTANCE_PATH"
+
+
+def instance_folder(env=None) -> str:
+    """Where this instance keeps what it writes (the embedded SQLite database, the embedded Redis's file, keys
+    generated when none are given): PROMESA_HOME, else the current directory's instance/, never beside the
+    installed package. Both variables naming different folders is a mistake said at once."""
+    env = os.environ if env is None else env
+    home, old = env.get(HOME), env.get(OLD_HOME)
+    if home and old and Path(home).resolve() != Path(old).resolve():
+        raise ValueError(f"{HOME}={home} and {OLD_HOME}={old} name different instance folders: "
+                         f"set {HOME} only ({OLD_HOME} is its name from 0.1)")
+    return str(Path(home or old).absolute()) if home or old else str(Path.cwd() / "instance")
+
+
 def from_environment(instance_path: str) -> dict:
     instance = Path(instance_path)
     env = os.environ

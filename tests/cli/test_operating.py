@@ -16,6 +16,7 @@ import time
 import urllib.request
 
 import click
+import click.testing
 import pytest
 import redis
 from cryptography.fernet import Fernet
@@ -195,6 +196,29 @@ def test_the_embedded_default_still_starts_with_its_generated_keys(runner, execs
                                              "PROMESA_INSTANCE_PATH": str(tmp_path / "fresh")})
     assert result.exit_code == 0, result.output
     assert len(execs) == 1
+
+
+def test_promesa_home_holds_the_instance_wherever_the_command_runs(tmp_path, monkeypatch):
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    env = {"DATABASE_URL": None, "SECRET_KEY": None, "PROMESA_ENCRYPTION_KEY": None, "PROMESA_METRICS_TOKEN": None,
+           "PROMESA_TRUSTED_PROXIES": None, "PROMESA_INSTANCE_PATH": None, "PROMESA_HOME": str(home)}
+    result = click.testing.CliRunner().invoke(cli, ["db", "upgrade"], env=env)  # its own app, not the test's
+    assert result.exit_code == 0, result.output
+    assert {path.name for path in home.iterdir()} >= {"promesa.db", "secret_key", "encryption_key"}
+    assert list(elsewhere.iterdir()) == []  # nothing in the current directory
+    assert config_module.instance_folder({}) == str(elsewhere / "instance")  # unset: the current directory's
+    assert config_module.instance_folder({"PROMESA_INSTANCE_PATH": str(home)}) == str(home)  # 0.1's name
+
+
+def test_promesa_home_and_its_old_name_naming_two_folders_is_refused(execs, tmp_path):
+    result = click.testing.CliRunner().invoke(cli, ["web"], env={"DATABASE_URL": None,
+                                                                 "PROMESA_HOME": str(tmp_path / "a"),
+                                                                 "PROMESA_INSTANCE_PATH": str(tmp_path / "b")})
+    assert result.exit_code == 2
+    assert "name different instance folders: set PROMESA_HOME only" in result.output
+    assert execs == [] and not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 @on_sqlite

@@ -315,7 +315,7 @@ def test_each_unit_starts_a_promesa_command_with_flags_it_accepts(path, tmp_path
     # The installed entry point answers for the same command.
     result = subprocess.run([sys.executable, "-m", "dashboard.cli", *command.split()[1:], "--help"],
                             check=False, capture_output=True, text=True, timeout=120, cwd=ROOT,
-                            env=dict(os.environ, PROMESA_INSTANCE_PATH=str(tmp_path / "instance")))
+                            env=dict(os.environ, PROMESA_HOME=str(tmp_path / "instance")))
     assert result.returncode == 0, result.stderr
     assert f"Usage: promesa {command.split(' ', 1)[1]}" in result.stdout
 
@@ -323,7 +323,7 @@ def test_each_unit_starts_a_promesa_command_with_flags_it_accepts(path, tmp_path
 @pytest.mark.parametrize("path", UNITS, ids=[p.name for p in UNITS])
 def test_each_unit_runs_unprivileged_where_its_instance_folder_is_writable(path):
     service = unit(path)["Service"]
-    instance = environment_example()["PROMESA_INSTANCE_PATH"]
+    instance = environment_example()["PROMESA_HOME"]
     assert service["EnvironmentFile"] == "/etc/promesa/promesa.env"
     assert service["User"] not in {"", "root"}
     assert "/var/lib/" + service["StateDirectory"] == instance == service["WorkingDirectory"]
@@ -333,13 +333,13 @@ def test_each_unit_runs_unprivileged_where_its_instance_folder_is_writable(path)
 
 def test_the_environment_example_sets_what_promesa_reads(monkeypatch, tmp_path):
     example = environment_example()
-    required = {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "PROMESA_ENCRYPTION_KEY", "PROMESA_INSTANCE_PATH"}
+    required = {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "PROMESA_ENCRYPTION_KEY", "PROMESA_HOME"}
     assert required <= set(example)
     for name in [n for n in os.environ if n.startswith("PROMESA_") or n in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY"}]:
         monkeypatch.delenv(name)
     for name, value in example.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PROMESA_INSTANCE_PATH", str(tmp_path / "instance"))  # the example's is not writable here
+    monkeypatch.setenv("PROMESA_HOME", str(tmp_path / "instance"))  # the example's is not writable here
     app = create_app()  # builds the engine without connecting: the example's hosts need not exist
     expected = {"SQLALCHEMY_DATABASE_URI": config_module.normalize_database_url(example["DATABASE_URL"]),
                 "REDIS_URL": example["REDIS_URL"], "SECRET_KEY": example["SECRET_KEY"],
@@ -350,7 +350,7 @@ def test_the_environment_example_sets_what_promesa_reads(monkeypatch, tmp_path):
     expected["PROMESA_ALLOW_PRIVATE_TARGETS"] = False
     assert {name: app.config[name] for name in expected} == expected
     assert app.instance_path == str(tmp_path / "instance")
-    read_elsewhere = {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "PROMESA_ENCRYPTION_KEY", "PROMESA_INSTANCE_PATH",
+    read_elsewhere = {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "PROMESA_ENCRYPTION_KEY", "PROMESA_HOME",
                       "PROMESA_ALLOW_PRIVATE_TARGETS"}
     assert set(example) - read_elsewhere - set(config_module.DEFAULTS) == set(), "a name Promesa does not read"
 
@@ -360,7 +360,7 @@ def test_the_unedited_environment_example_is_refused_and_says_how_to_fix_it(monk
     monkeypatch.setattr(os, "execve", lambda path, argv, env: execs.append(argv))
     monkeypatch.setattr(os, "execv", lambda path, argv: execs.append(argv))
     runner = click.testing.CliRunner()
-    example = {**environment_example(), "PROMESA_INSTANCE_PATH": str(tmp_path / "instance")}
+    example = {**environment_example(), "PROMESA_HOME": str(tmp_path / "instance")}
     for command in ("web", "worker", "sweep"):
         result = runner.invoke(cli, [command], env=example)
         assert result.exit_code == 2, result.output

@@ -1,6 +1,7 @@
 """The wheels `make dist` builds (issue 41): built from a clean copy of the checkout and installed, not editable, into
 a new virtualenv outside it, they run Promesa from an empty folder to a first signed delivery, carry every file the
-server serves, and write nothing into the virtualenv: the instance folder is the current directory's."""
+server serves, and write nothing into the virtualenv: the instance folder is the current directory's, or
+PROMESA_HOME. The server's wheel installs with pipx too."""
 
 from __future__ import annotations
 
@@ -104,8 +105,9 @@ def test_the_wheels_run_promesa_from_an_empty_folder_to_a_signed_delivery(tmp_pa
                                                                                    "VIRTUAL_ENV", "SECRET_KEY")}
     env.update(PROMESA_ALLOW_PRIVATE_TARGETS="1", PROMESA_ACCESS_LOG="0")
 
-    def run(*argv) -> str:
-        done = subprocess.run(argv, cwd=empty, env=env, capture_output=True, text=True, timeout=120)
+    def run(*argv, where: Path = empty, home: Path | None = None) -> str:
+        done = subprocess.run(argv, cwd=where, env=dict(env, PROMESA_HOME=str(home)) if home else env,
+                              capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, f"{argv[1:]} exited {done.returncode}:\n{done.stderr[-3000:]}"
         return done.stdout.strip()
 
@@ -144,6 +146,22 @@ def test_the_wheels_run_promesa_from_an_empty_folder_to_a_signed_delivery(tmp_pa
     assert (empty / "instance" / "promesa.db").is_file()
     after = files_of(venv)
     assert {path for path in after.keys() | before.keys() if after.get(path) != before.get(path)} == set()
+
+    # The same wheel through pipx, its receiver SDK found beside it, run from another empty folder with the
+    # instance kept where PROMESA_HOME says.
+    pipx_home, other, home = tmp_path / "pipx", tmp_path / "other", tmp_path / "home"
+    other.mkdir()
+    pipx_env = dict(env, PIPX_HOME=str(pipx_home), PIPX_BIN_DIR=str(pipx_home / "bin"),
+                    PIPX_MAN_DIR=str(pipx_home / "man"))
+    installed = subprocess.run([sys.executable, "-m", "pipx", "install", "--python", sys.executable,
+                                f"--pip-args=-c {source / 'constraints.txt'} --find-links {dist}",
+                                str(dist / f"promesa-{versions['promesa']}-py3-none-any.whl")],
+                               env=pipx_env, capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    from_pipx = pipx_home / "bin" / "promesa"
+    assert run(from_pipx, "--version", where=other) == f"promesa {versions['promesa']}"
+    run(from_pipx, "db", "upgrade", where=other, home=home)
+    assert (home / "promesa.db").is_file() and list(other.iterdir()) == []
 
 
 def _post_json(url: str, token: str, body: dict) -> dict:
