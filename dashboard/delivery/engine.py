@@ -710,6 +710,11 @@ class DeliveryEngine:
                 await run.wait(POLL_SECONDS)
             run.collect()
             closed = closing_at is not None and now >= closing_at
+            if closed and slot_token and run.in_flight and not self.stopping.is_set():
+                # Taking no more work, only waiting for requests that outlive the grace: while this drain beat
+                # on, no successor started, and work arriving meanwhile waited for them.
+                await asyncio.to_thread(self.work.release, slot_token)
+                slot_token = None
             await run.settle(final=closed)
             if run.finished and (len(run.finished) >= RECORD_BATCH
                                  or now - run.first_finished_at >= RECORD_DELAY_SECONDS):
