@@ -368,12 +368,15 @@ def test_the_receiver_host_unreachable(hosts, hosts_app, tmp_path):
         waited = unix(after.attempted_at) - unix(a.attempted_at) - a.duration_ms / 1000
         assert waited >= policy.nominal_delay(a.number + 1) / 2 - 0.1, (a, after)
 
-    # The other endpoint was never kept waiting by it: each event published during the cut reached the
-    # healthy receiver sooner than one attempt to the unreachable host takes to time out.
+    # The other endpoint was not kept waiting by it: workers stalled on the unreachable host would hold most
+    # of its deliveries for the unreachable one's timeouts; here the middle one waited a fraction of a connect
+    # timeout, and none as long as an attempt there and a hand-back's second (a delivery a drain claimed as
+    # its grace ended is handed back, due a second later).
     arrived = first_arrivals(healthy)
     during = [event_id for event_id in accepted if cut_at <= publisher.posted_at[event_id] <= back_at]
     latencies = sorted(arrived[event_id] - publisher.posted_at[event_id] for event_id in during)
-    assert during and latencies[-1] < FAR_CONNECT_TIMEOUT, latencies[-5:]
+    assert during and latencies[len(latencies) // 2] < FAR_CONNECT_TIMEOUT / 4, latencies
+    assert latencies[-1] < FAR_ATTEMPT_TIMEOUT + 1.0, latencies[-5:]
     assert not attempts(healthy_id, "a.status_code IS NULL OR a.status_code <> 200")
 
     # Every accepted event delivered to both and recorded once; the far receiver got twice only what it had
@@ -392,6 +395,7 @@ def test_the_receiver_host_unreachable(hosts, hosts_app, tmp_path):
                    timeout_seconds=[min(durations), max(durations)], cut_seconds=round(back_at - cut_at, 1),
                    retry_delay_seconds=[round(min(retry_delays), 1), round(max(retry_delays), 1)],
                    healthy_latency_during_the_cut_ms=[round(1000 * latencies[len(latencies) // 2]),
+                                                      round(1000 * latencies[int(0.95 * len(latencies))]),
                                                       round(1000 * latencies[-1])],
                    owed_at_the_end_of_the_cut=len(owed),
                    recovered_after_seconds=round(max(far_arrived[event_id] for event_id in owed) - back_at, 1))
