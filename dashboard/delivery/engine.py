@@ -421,9 +421,13 @@ class DeliveryEngine:
 
         def write():
             with self.db_engine.begin() as conn:
-                conn.execute(update(DELIVERIES)
-                             .where(DELIVERIES.c.id.in_(ids), DELIVERIES.c.lease_token.in_(list(held)))
-                             .values(lease_expires_at=until))
+                # Locked in id order, as the attempts' write locks its batch (which this may include): in two
+                # orders the two deadlocked, and PostgreSQL took a second (deadlock_timeout) to break it.
+                locked = conn.execute(select(DELIVERIES.c.id)
+                                      .where(DELIVERIES.c.id.in_(ids), DELIVERIES.c.lease_token.in_(list(held)))
+                                      .order_by(DELIVERIES.c.id).with_for_update()).scalars().all()
+                if locked:
+                    conn.execute(update(DELIVERIES).where(DELIVERIES.c.id.in_(locked)).values(lease_expires_at=until))
 
         retry_on_lost_connection(write, "renewing leases")
 
@@ -544,7 +548,7 @@ class DeliveryEngine:
                                    or_(DELIVERIES.c.lease_token.in_(list({token for _, token in sent_under})),
                                        and_(DELIVERIES.c.lease_token.is_(None),
                                             DELIVERIES.c.state == DeliveryState.CANCELLED)))
-                            .with_for_update())
+                            .order_by(DELIVERIES.c.id).with_for_update())
         return {delivery_id for delivery_id, token in rows if token is None or (delivery_id, token) in sent_under}
 
     def _insert_attempts(self, conn, rows: list[tuple]) -> None:
@@ -710,6 +714,11 @@ class DeliveryEngine:
                 await run.wait(POLL_SECONDS)
             run.collect()
             closed = closing_at is not None and now >= closing_at
+            if closed and slot_token and run.in_flight and not self.stopping.is_set():
+                # Taking no more work, only waiting for requests that outlive the grace: while this drain beat
+                # on, no successor started, and work arriving meanwhile waited for them.
+                await asyncio.to_thread(self.work.release, slot_token)
+                slot_token = None
             await run.settle(final=closed)
             if run.finished and (len(run.finished) >= RECORD_BATCH
                                  or now - run.first_finished_at >= RECORD_DELAY_SECONDS):

@@ -5,6 +5,7 @@ worker was killed), starts another; a spare drain that finds only a trickle ends
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 from dashboard.delivery.engine import DeliveryEngine
@@ -16,6 +17,7 @@ from dashboard.queue.work import (
     is_spare,
     work_item,
 )
+from tests.support.waiting import wait_until
 
 
 def queue(app, max_drainers: int = 4) -> WorkQueue:
@@ -101,3 +103,27 @@ def test_the_first_drain_keeps_the_trickle(app, producer, receiver, clock):
     stats = DeliveryEngine(app, work, clock).drain("0-the-first-drain", budget_seconds=20, linger_seconds=1.5)
     assert not stats.spare_ended  # it ended by lingering with nothing to do, as a lone drain does
     assert len(receiver.requests) == 1
+
+
+def test_a_drain_past_its_grace_gives_its_slot_up_while_its_last_request_runs_out(app, producer, receiver, clock):
+    """A request started in the grace (its endpoint not timed here yet) may outlive the grace's end: the
+    drain then takes no more work, and must not keep the slot, or work arriving meanwhile waits for it."""
+    producer.subscribe(receiver.url + "/slow/10", event_types=["first.sent"], connect_timeout=1, attempt_timeout=1)
+    producer.subscribe(receiver.url + "/slow/10", event_types=["sent.in.the.grace"], connect_timeout=1,
+                       attempt_timeout=5)
+    producer.subscribe(receiver.url + "/ok", event_types=["arrives.after.it"])
+    work = WorkQueue.for_app(app)
+    producer.publish("first.sent")  # in flight at the budget's end: a grace until it has timed out (2 s)
+    slot = slots(work)[0]
+    drain = threading.Thread(target=DeliveryEngine(app, work, clock).drain, args=(slot, 0.2))
+    drain.start()
+    try:
+        time.sleep(0.5)  # past the drain's budget (real time: the drain's, not the clock's)
+        producer.publish("sent.in.the.grace")  # runs to its 5 s timeout, past the grace's longest end (3.8 s)
+        assert wait_until(lambda: slot not in slots(work), timeout=8)
+        assert drain.is_alive()  # still waiting for that request, and no longer holding back a successor
+        producer.publish("arrives.after.it")
+        assert len(slots(work)) == 1 and work.rq.count == 2  # its push started another drain
+    finally:
+        drain.join(10)
+    assert not drain.is_alive() and receiver.count("/ok") == 0  # the successor's work, not this drain's

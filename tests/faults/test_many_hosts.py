@@ -1,12 +1,14 @@
 """Promesa on many hosts, for real: network namespaces the test makes itself, plugged into a switch of
 its own. A data host runs PostgreSQL and Redis; a web host runs `promesa web`; two worker hosts each run
 `promesa worker`, and the second also `promesa sweep`. The receiver and the producer run in the test's
-own namespace, plugged into the same switch. Each fault cuts a host off (its cable, or its route to one
-service) while a producer publishes, and ends with every accepted event delivered and recorded exactly
-once. Figures: docs/reliability.md, "Many hosts"."""
+own namespace, plugged into the same switch; a receiver host holds a second receiver, to be made
+unreachable. Each fault cuts a host off (its cable, or its route to one service) while a producer
+publishes, and ends with every accepted event delivered and recorded exactly once. Figures:
+docs/reliability.md, "Many hosts"."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import subprocess
@@ -22,7 +24,8 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from dashboard.delivery.policies import QuickThenSweepPolicy
+from dashboard.core.clock import from_unix, unix
+from dashboard.delivery.policies import ExponentialPolicy, QuickThenSweepPolicy
 
 from ..conftest import IN_CI, Producer, _empty_tables, _migrate
 from ..support import netns
@@ -30,13 +33,13 @@ from ..support.private_postgres import PrivatePostgres, postgres_bin_dir
 from ..support.private_redis import PrivateRedis
 from ..support.process_groups import stop_group
 from ..support.publishing import ClientPublisher, RawPublisher
-from ..support.receiver import Receiver
+from ..support.receiver import Receiver, ReceiverOnHost
 from ..support.waiting import wait_until
 from .conftest import beating, close_the_books, counting_app, promesa_env, query, report, unsettled
 
 pytestmark = pytest.mark.slow
 
-HOSTS = ["data", "web", "w1", "w2"]
+HOSTS = ["data", "web", "w1", "w2", "receiver"]
 WEB_PORT, REDIS_PORT = 8000, 6379
 # A cut worker's leases run out in seconds, so the other host takes its work over within the cut.
 LEASE_SECONDS = 4
@@ -45,6 +48,12 @@ LEASE_SECONDS = 4
 CUT_SECONDS = 12
 # How long the web waits for a PostgreSQL that stopped answering before it answers 503 (10 s by default).
 DATABASE_TIMEOUT_SECONDS = 3
+# The unreachable endpoint's own timeouts, short (the contract's are 5 s and 10 s): its sixteen slots (eight per
+# worker) then try every delivery of the cut and none is handed back paced for up to a minute, so the first
+# retries, 15-30 s after each timeout, are all the test waits for once the cable is back.
+FAR_CONNECT_TIMEOUT, FAR_ATTEMPT_TIMEOUT = 1.0, 2.0
+# What an attempt may take beyond its timeout on a loaded machine (the event loop's lateness).
+TIMEOUT_SLACK_SECONDS = 2.0
 
 
 @dataclass
@@ -92,6 +101,8 @@ def hosts(tmp_path_factory) -> Hosts:
 @pytest.fixture
 def hosts_app(hosts, tmp_path):
     """The app in the test's namespace (for setup and counting), on the data host's database and Redis."""
+    for host in HOSTS:  # a test that failed during its cut left that cable pulled
+        hosts.network.plug_in(host)
     _empty_tables(hosts.database_url)
     redis.Redis.from_url(hosts.redis_url).flushall()
     with counting_app(hosts.database_url, hosts.redis_url, tmp_path / "instance", "hosts", LEASE_SECONDS) as app:
@@ -171,6 +182,22 @@ def recorded_events() -> list[str]:
     """The ids of the events with an attempt recorded."""
     return [row[0] for row in query("SELECT DISTINCT e.id FROM events e JOIN deliveries d ON d.event_key = e.key "
                                     "JOIN attempts a ON a.delivery_id = d.id")]
+
+
+def attempts(subscription_id: str, where: str, **params) -> list:
+    """The attempts at one subscription that match `where` (`a` is the attempt), each with its event's id."""
+    return query("SELECT a.delivery_id, a.number, a.attempted_at, a.duration_ms, a.status_code, a.error, "
+                 "e.id AS event_id FROM attempts a JOIN deliveries d ON d.id = a.delivery_id "
+                 f"JOIN events e ON e.key = d.event_key WHERE d.subscription_id = :subscription AND ({where}) "
+                 "ORDER BY a.attempted_at", subscription=subscription_id, **params)
+
+
+def first_arrivals(receiver) -> dict[str, float]:
+    """When each event first reached the receiver (unix time)."""
+    arrived: dict[str, float] = {}
+    for request in list(receiver.requests):
+        arrived.setdefault(json.loads(request.body)["id"], request.at)
+    return arrived
 
 
 def test_a_worker_host_cut_off_in_the_middle_of_a_drain(hosts, hosts_app, tmp_path):
@@ -273,3 +300,105 @@ def test_the_web_host_cut_off_from_postgresql_only(hosts, hosts_app, tmp_path):
         figures.update(answered_503=raw.answers[503], client_events=client.given, client_spooled=client.spooled,
                        cut_seconds=round(back_at - cut_at, 1), ingest_back_after_seconds=round(ingest_back_after, 1))
         report("the web host cut off from PostgreSQL only", figures)
+
+
+def test_the_receiver_host_unreachable(hosts, hosts_app, tmp_path):
+    network = hosts.network
+    with Receiver(host=network.own_address) as healthy, \
+            ReceiverOnHost(network.run_in("receiver"), network.address["receiver"]) as far, \
+            Installation(network, hosts_app, tmp_path) as promesa:
+        producer = Producer(hosts_app.test_client(), "hosts")
+        # One team, an endpoint on each receiver, both on the contract's backoff: every event goes to both.
+        healthy_id = producer.subscribe(healthy.url + "/ok")["id"]
+        far_id = producer.subscribe(far.url + "/ok", connect_timeout=FAR_CONNECT_TIMEOUT,
+                                    attempt_timeout=FAR_ATTEMPT_TIMEOUT)["id"]
+        stop = threading.Event()
+        publisher = RawPublisher(promesa.url, producer.token, stop)
+        publisher.start()
+        try:
+            assert healthy.wait_for(10, timeout=30) and far.wait_for(10, timeout=30)
+            network.silence("receiver")
+            cut_at = time.time()
+            assert wait_until(lambda: attempts(far_id, "a.error = 'timeout'"), timeout=CUT_SECONDS), \
+                promesa.log("worker w1")
+            time.sleep(max(0.0, cut_at + CUT_SECONDS - time.time()))
+            # The retries the timeouts left, as scheduled (the first is 15 s away at the soonest).
+            scheduled = query("SELECT id, attempt_count, next_attempt_at, updated_at FROM deliveries "
+                              "WHERE subscription_id = :far AND state = 'scheduled' AND last_error = 'timeout'",
+                              far=far_id)
+            network.unsilence("receiver")
+            back_at = time.time()
+            time.sleep(2.0)  # and publishing goes on a moment after it is back
+        finally:
+            stop.set()
+            publisher.join(60)
+        assert not publisher.is_alive()
+        assert wait_until(lambda: unsettled() == 0, timeout=90), unsettled()
+        assert promesa.stop() == [], "a process did not stop"
+
+    accepted = publisher.accepted
+    assert publisher.answers.keys() == {202}, publisher.answers
+    timed_out = attempts(far_id, "a.status_code IS NULL OR a.status_code <> 200")
+    assert timed_out
+    # Packets dropped, not refused: every failed attempt timed out, at its timeout, none hung past it.
+    assert {(a.status_code, a.error) for a in timed_out} == {(None, "timeout")}, timed_out
+    durations = [a.duration_ms / 1000 for a in timed_out]
+    assert FAR_CONNECT_TIMEOUT - 0.1 <= min(durations)
+    assert max(durations) <= FAR_ATTEMPT_TIMEOUT + TIMEOUT_SLACK_SECONDS
+    assert all(unix(a.attempted_at) < back_at for a in timed_out)
+    # The cut was real: whatever started during it and had to end before the cable was back failed.
+    through_the_cut = attempts(far_id, "a.attempted_at BETWEEN :after AND :before", after=from_unix(cut_at + 0.5),
+                               before=from_unix(back_at - FAR_ATTEMPT_TIMEOUT))
+    assert through_the_cut and all(a.error == "timeout" for a in through_the_cut)
+    # The workers went on trying it throughout: attempts began after others had timed out.
+    began = [a.attempted_at for a in timed_out]
+    assert max(began) > min(began) + dt.timedelta(seconds=FAR_ATTEMPT_TIMEOUT)
+
+    # Retried on the contract's backoff: due after the first delay's equal jitter, and not tried sooner.
+    policy = ExponentialPolicy()
+    assert scheduled
+    retry_delays = []
+    for row in scheduled:
+        nominal = policy.nominal_delay(row.attempt_count + 1)
+        retry_delays.append((row.next_attempt_at - row.updated_at).total_seconds())
+        assert nominal / 2 <= retry_delays[-1] <= nominal, row
+    retried = {(a.delivery_id, a.number): a for a in attempts(far_id, "TRUE")}
+    for row in scheduled:
+        assert retried[(row.id, row.attempt_count + 1)].attempted_at >= row.next_attempt_at, row
+    for a in timed_out:
+        after = retried[(a.delivery_id, a.number + 1)]
+        waited = unix(after.attempted_at) - unix(a.attempted_at) - a.duration_ms / 1000
+        assert waited >= policy.nominal_delay(a.number + 1) / 2 - 0.1, (a, after)
+
+    # The other endpoint was not kept waiting by it: workers stalled on the unreachable host would hold most
+    # of its deliveries for the unreachable one's timeouts; here the middle one waited a fraction of a connect
+    # timeout, and none as long as an attempt there and a hand-back's second (a delivery a drain claimed as
+    # its grace ended is handed back, due a second later).
+    arrived = first_arrivals(healthy)
+    during = [event_id for event_id in accepted if cut_at <= publisher.posted_at[event_id] <= back_at]
+    latencies = sorted(arrived[event_id] - publisher.posted_at[event_id] for event_id in during)
+    assert during and latencies[len(latencies) // 2] < FAR_CONNECT_TIMEOUT / 4, latencies
+    assert latencies[-1] < FAR_ATTEMPT_TIMEOUT + 1.0, latencies[-5:]
+    assert not attempts(healthy_id, "a.status_code IS NULL OR a.status_code <> 200")
+
+    # Every accepted event delivered to both and recorded once; the far receiver got twice only what it had
+    # received when its answer was lost.
+    figures = close_the_books(accepted, healthy, in_flight_bound=0, subscription_id=healthy_id)
+    far_figures = close_the_books(accepted, far, in_flight_bound=len(timed_out), subscription_id=far_id)
+    received = Counter(json.loads(r.body)["id"] for r in far.requests)
+    assert {event_id for event_id, n in received.items() if n > 1} <= {a.event_id for a in timed_out}
+    assert len(set(accepted)) == len(accepted) == query("SELECT count(*) FROM events")[0][0]
+    assert query("SELECT count(*) FROM attempts WHERE status_code = 200")[0][0] == 2 * len(accepted)
+
+    far_arrived = first_arrivals(far)
+    owed = [event_id for event_id in accepted
+            if publisher.posted_at[event_id] < back_at and far_arrived[event_id] >= back_at]
+    figures.update(duplicates=figures["duplicates"] + far_figures["duplicates"], timeouts=len(timed_out),
+                   timeout_seconds=[min(durations), max(durations)], cut_seconds=round(back_at - cut_at, 1),
+                   retry_delay_seconds=[round(min(retry_delays), 1), round(max(retry_delays), 1)],
+                   healthy_latency_during_the_cut_ms=[round(1000 * latencies[len(latencies) // 2]),
+                                                      round(1000 * latencies[int(0.95 * len(latencies))]),
+                                                      round(1000 * latencies[-1])],
+                   owed_at_the_end_of_the_cut=len(owed),
+                   recovered_after_seconds=round(max(far_arrived[event_id] for event_id in owed) - back_at, 1))
+    report("the receiver's host unreachable", figures)

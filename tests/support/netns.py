@@ -8,6 +8,7 @@ them all, with whatever still runs in them, however it ends. Making namespaces n
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -117,6 +118,25 @@ class Network:
 
     def plug_in(self, host: str) -> None:
         ip("-n", self.switch, "link", "set", "dev", self._port(host), "up")
+
+    def silence(self, host: str) -> None:
+        """The host's cable pulled, while every other host keeps its hardware address, as hosts behind a router
+        keep the router's: what is sent to it vanishes and nothing answers. Without that, a sender that has to
+        resolve its address anew gets "no route to host" 3 s later (ARP unanswered): a refusal, not a drop."""
+        address = self.address[host]
+        mac = json.loads(ip("-j", "-n", self.namespace(host), "link", "show", "eth0"))[0]["address"]
+        for namespace, device in self._neighbours(host):
+            ip(*namespace, "neigh", "replace", address, "lladdr", mac, "dev", device, "nud", "permanent")
+        self.pull_cable(host)
+
+    def unsilence(self, host: str) -> None:
+        self.plug_in(host)
+        for namespace, device in self._neighbours(host):
+            ip(*namespace, "neigh", "del", self.address[host], "dev", device)
+
+    def _neighbours(self, host: str) -> list[tuple[tuple[str, ...], str]]:
+        """The other hosts' (and the test's own) `ip` options and device, to set their neighbour tables."""
+        return [*((("-n", self.namespace(other)), "eth0") for other in self.address if other != host), ((), self.run)]
 
     def add_address(self, host: str) -> str:
         """One more address for the host (a second service on it, to be cut off alone)."""

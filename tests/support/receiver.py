@@ -8,10 +8,16 @@
   /ratelimit/<s>    429 with Retry-After: <s>
   /cookie           200 with a Set-Cookie (which a sender must never send back)
   /hang-after-head/<seconds>  200 and its headers at once, then nothing for that long (the body never comes)
+
+Run as a program (`python receiver.py <address> <port>`), it serves until killed and writes each request
+it gets as a line of JSON: `ReceiverOnHost` runs it on a host of a test's own (a network namespace).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -62,13 +68,34 @@ class Serving:
         self.server.server_close()
 
 
-class Receiver(Serving):
-    # A port: to come back where a stopped receiver was; a host: an address other than loopback to listen on.
-    def __init__(self, port: int = 0, host: str = "127.0.0.1"):
+class Heard:
+    """The requests a receiver got, in order of arrival, and a wait for them."""
+
+    def __init__(self):
         self.requests: list[Received] = []
-        self.hits: Counter = Counter()
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)
+
+    def heard(self, request: Received) -> None:
+        """Called with the lock held."""
+        self.requests.append(request)
+        self.arrived.notify_all()
+
+    def count(self, path: str | None = None) -> int:
+        with self.lock:
+            return len(self.requests) if path is None else sum(1 for r in self.requests if r.path == path)
+
+    def wait_for(self, n: int, timeout: float = 10.0) -> bool:
+        """Block until at least n requests have arrived (condition wait, not a sleep)."""
+        with self.arrived:
+            return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
+
+
+class Receiver(Serving, Heard):
+    # A port: to come back where a stopped receiver was; a host: an address other than loopback to listen on.
+    def __init__(self, port: int = 0, host: str = "127.0.0.1"):
+        Heard.__init__(self)
+        self.hits: Counter = Counter()
         self.asking = threading.local()  # .headers: the request being answered, for a behaviour that reads them
         receiver = self
 
@@ -78,9 +105,7 @@ class Receiver(Serving):
                 with receiver.lock:
                     receiver.hits[self.path] += 1
                     n = receiver.hits[self.path]
-                    receiver.requests.append(Received(self.path, dict(self.headers), body, time.time(),
-                                                      self.client_address[0]))
-                    receiver.arrived.notify_all()
+                    receiver.heard(Received(self.path, dict(self.headers), body, time.time(), self.client_address[0]))
                 if self.path.startswith("/hang-after-head/"):
                     return self.hang_after_head(float(self.path.rsplit("/", 1)[1]))
                 receiver.asking.headers = self.headers
@@ -127,16 +152,6 @@ class Receiver(Serving):
             return 200, {"Set-Cookie": "session=from-one-receiver; Path=/"}
         return 404, {}
 
-    def count(self, path: str | None = None) -> int:
-        with self.lock:
-            return len(self.requests) if path is None else sum(1 for r in self.requests if r.path == path)
-
-    def wait_for(self, n: int, timeout: float = 10.0) -> bool:
-        """Block until at least n requests have arrived (condition wait, not a sleep)."""
-        with self.arrived:
-            return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
-
-
 class GatedReceiver(Receiver):
     """A receiver behind a gateway that demands a header of its own (an API key): 401 to any request
     without `header: value`, as Receiver to one with it."""
@@ -149,3 +164,48 @@ class GatedReceiver(Receiver):
         if self.asking.headers.get(self.header) != self.value:
             return 401, {}
         return super().behaviour(path, n)
+
+
+class ReceiverOnHost(Heard):
+    """The Receiver as a process of its own, started under `run_in` (a host's `ip netns exec`), listening at
+    `host`: what it gets comes back on its output into `requests`, complete once the `with` block has ended."""
+
+    def __init__(self, run_in: tuple[str, ...], host: str, port: int = 8000):
+        super().__init__()
+        self.command = [*run_in, sys.executable, __file__, host, str(port)]
+        self.url = f"http://{host}:{port}"
+
+    def __enter__(self) -> ReceiverOnHost:
+        self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True)
+        if self.process.stdout.readline().strip() != self.url:  # its first line: it listens
+            self.process.kill()
+            raise RuntimeError(f"the receiver did not start: {' '.join(self.command)}")
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        return self
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            told = json.loads(line)
+            with self.lock:
+                self.heard(Received(told["path"], told["headers"], told["body"].encode(), told["at"], told["sender"]))
+
+    def __exit__(self, *exc) -> None:
+        self.process.kill()
+        self.process.wait(10)
+        self.reader.join(10)
+
+
+class TellingReceiver(Receiver):
+    """A Receiver that writes each request it gets as a line of JSON, before it answers it."""
+
+    def heard(self, request: Received) -> None:
+        super().heard(request)
+        print(json.dumps({"path": request.path, "headers": request.headers, "body": request.body.decode(),
+                          "at": request.at, "sender": request.sender}), flush=True)
+
+
+if __name__ == "__main__":
+    with TellingReceiver(int(sys.argv[2]), sys.argv[1]) as telling:
+        print(telling.url, flush=True)
+        threading.Event().wait()  # until killed
