@@ -215,8 +215,8 @@ def worker(burst, lane):
     that lane's jobs and never a delivery."""
     from dashboard.core.outages import database_outage, redis_outage
     from dashboard.delivery.worker import run
-    from dashboard.operations.sweeper import promote_forever
     from dashboard.queue import heartbeat
+    from dashboard.queue.promoter import promote_forever
     from dashboard.queue.work import WorkQueue
 
     app = current_app._get_current_object()
