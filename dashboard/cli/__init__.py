@@ -235,7 +235,7 @@ def worker(burst, lane):
 
         with contextlib.suppress(*REDIS_AWAY):  # Redis away: run() below waits for it
             work.promote_due(unix(app.config["CLOCK"].now()))
-    from dashboard.delivery import jobs  # noqa: F401  (imported now, so the freeze below covers the delivery code too)
+    from dashboard import jobs  # noqa: F401  (imported now, so the freeze below covers every job's code too)
 
     freeze_heap()
     # SimpleWorker: one drain job carries many deliveries, so forking per job buys nothing but latency.

@@ -266,7 +266,7 @@ def _store(kind: str, filter_json: dict, key: str, *, team_id: int | None, subsc
 
 
 def _enqueue(replay_id: str) -> None:
-    lanes.enqueue("repairs", "dashboard.operations.replays.run", replay_id, job_id=f"replay-{replay_id}",
+    lanes.enqueue("repairs", "dashboard.jobs.replay", replay_id, job_id=f"replay-{replay_id}",
                   job_timeout=JOB_TIMEOUT_SECONDS, result_ttl=86400, failure_ttl=7 * 86400)
 
 

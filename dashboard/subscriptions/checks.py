@@ -142,7 +142,7 @@ def start(sub: Subscription) -> Check:
     link = contract_url(sub)
     db.session.commit()
     try:  # after the commit: the job must find its row
-        lanes.enqueue("checks", "dashboard.subscriptions.checks.run", check.id, link,
+        lanes.enqueue("checks", "dashboard.jobs.receiver_check", check.id, link,
                       job_id=f"check-{check.id}", job_timeout=JOB_TIMEOUT_SECONDS,
                       result_ttl=3600, failure_ttl=7 * 86400)
     except (redis.RedisError, OSError) as exc:  # finished, and saying why: never running forever
