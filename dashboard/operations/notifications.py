@@ -43,7 +43,7 @@ from dashboard.core.ids import new_ids
 from dashboard.core.links import absolute
 from dashboard.core.validation import ApiError
 from dashboard.delivery.targets import url_problem
-from dashboard.ingest.accept import insert_rows, thin_body
+from dashboard.ingest.writing import Promised, delivery_rows, insert_rows, new_delivery_values, thin_body
 from dashboard.models import (
     Consumer,
     Delivery,
@@ -59,7 +59,6 @@ from dashboard.models import (
 )
 from dashboard.operations.incident_rules import setting_of, title
 from dashboard.queue.handoff import enqueue
-from dashboard.queue.work import work_item
 from dashboard.stats import folding
 from dashboard.subscriptions.service import hold
 
@@ -109,24 +108,18 @@ def store_events(team_id: int, event_type: str, data: dict, bodies: dict[str, Ca
     for sub_id, build in bodies.items():
         if sub_id in states:
             by_builder.setdefault(build, []).append(sub_id)
-    event_rows, delivery_rows, ready = [], [], []
+    event_rows, promised = [], []
     for (build, sub_ids), event_id in zip(by_builder.items(), new_ids("evt", len(by_builder))):
         event_rows.append({"key": event_id, "id": event_id, "type": event_type, "data": data, "body": build(event_id),
                            "occurred_at": now})
-        for sub_id, delivery_id in zip(sub_ids, new_ids("dlv", len(sub_ids))):
-            active = states[sub_id] == SubscriptionState.ACTIVE
-            delivery_rows.append({"id": delivery_id, "event_key": event_id, "subscription_id": sub_id,
-                                  "state": DeliveryState.PENDING if active else DeliveryState.HELD})
-            if active:
-                ready.append(work_item(sub_id, delivery_id))
+        promised += [Promised(event_id, sub_id, states[sub_id] == SubscriptionState.ACTIVE) for sub_id in sub_ids]
+    deliveries, ready = delivery_rows(promised)
     if event_rows:
         insert_rows(Event.__table__, event_rows, same={"team_id": team_id, "version": 1, "idempotency_key": None,
                                                        "created_at": now})
-        insert_rows(Delivery.__table__, delivery_rows, same={"attempt_count": 0, "retry_base": 0,
-                                                             "next_attempt_at": now, "created_at": now,
-                                                             "updated_at": now})
+        insert_rows(Delivery.__table__, deliveries, same=new_delivery_values(now))
     _stage(ready)
-    return len(delivery_rows)
+    return len(deliveries)
 
 
 def slack_escape(text: str) -> str:
