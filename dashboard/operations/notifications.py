@@ -15,7 +15,7 @@ Two audiences:
 
 `notify()` stages everything in the current database session: the events and deliveries commit with
 the change they announce, and are handed to the workers when that session commits (never for a
-rollback).
+rollback: queue.handoff.enqueue_after_commit).
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from urllib.parse import urlencode, urlsplit
 
 from flask import current_app
 from promesa_receiver import signing
-from sqlalchemy import event as sa_event
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
 from dashboard import audit
 from dashboard.accounts import access
@@ -58,7 +56,7 @@ from dashboard.models import (
     Team,
 )
 from dashboard.operations.incident_rules import setting_of, title
-from dashboard.queue.handoff import enqueue
+from dashboard.queue.handoff import enqueue_after_commit
 from dashboard.stats import folding
 from dashboard.subscriptions.service import hold
 
@@ -71,28 +69,10 @@ SINK_NOTIFICATIONS = {"incident.opened", "incident.acknowledged", "incident.reso
                       "replay.finished"}
 TEAM_EVENTS = {"delivery.dead", "subscription.disabled", "incident.opened", "incident.resolved"}
 TEAM_EVENT_TYPES = tuple(sorted(f"promesa.{kind}" for kind in TEAM_EVENTS))
-_STAGED = "promesa_staged_work"
 # New dead letters are announced once this old: the engine's transaction that wrote one has committed.
 DEAD_LETTER_LAG = dt.timedelta(minutes=1)
 FIRST_LOOK_BACK = dt.timedelta(hours=1)  # how far back the very first pass looks
 MAX_DEAD_LETTER_EVENTS = 10_000  # per pass; the rest wait for the next one
-
-
-# -- handing staged work to the workers after the commit ------------------------------------
-@sa_event.listens_for(Session, "after_commit")
-def _enqueue_staged(session):
-    items = session.info.pop(_STAGED, None)
-    if items:
-        enqueue(items)
-
-
-@sa_event.listens_for(Session, "after_rollback")
-def _drop_staged(session):
-    session.info.pop(_STAGED, None)
-
-
-def _stage(items: list[str]) -> None:
-    db.session().info.setdefault(_STAGED, []).extend(items)
 
 
 def store_events(team_id: int, event_type: str, data: dict, bodies: dict[str, Callable[[str], str]]) -> int:
@@ -118,7 +98,7 @@ def store_events(team_id: int, event_type: str, data: dict, bodies: dict[str, Ca
         insert_rows(Event.__table__, event_rows, same={"team_id": team_id, "version": 1, "idempotency_key": None,
                                                        "created_at": now})
         insert_rows(Delivery.__table__, deliveries, same=new_delivery_values(now))
-    _stage(ready)
+    enqueue_after_commit(ready)
     return len(deliveries)
 
 

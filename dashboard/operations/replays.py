@@ -310,15 +310,14 @@ def run(replay_id: str) -> dict:
             return {"replay": replay_id, "ran": False}  # waits for its team's running one, which starts it
         replay = db.session.get(Replay, replay_id)
         chunks = recover.chunks(replay, chunk) if replay.kind == ReplayKind.RECOVER else _dead_chunks(replay, chunk)
-        for restarted, moved in chunks:
+        for _, moved in chunks:
             progressed = db.session.execute(
                 update(Replay).where(Replay.id == replay_id, Replay.state == ReplayState.RUNNING)
                 .values(done=Replay.done + moved)).rowcount
             if not progressed:  # cancelled meanwhile: this chunk stays as it was
                 db.session.rollback()
                 return {"replay": replay_id, "ran": True, "cancelled": True}
-            db.session.commit()
-            subscription_service.enqueue_restarted(restarted)
+            db.session.commit()  # and the chunk's deliveries go to the workers (subscriptions.restart)
             if lanes.stopping.is_set():  # its worker stops: queued again, the next worker goes on from here
                 return {"replay": replay_id, "ran": True, "requeued": _requeue(replay_id)}
         return {"replay": replay_id, "ran": True, "state": _end(replay_id, ReplayState.FINISHED)}
