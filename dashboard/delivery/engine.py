@@ -41,7 +41,7 @@ import aiohttp
 from dashboard.core import crypto, tracing
 from dashboard.core.clock import from_unix, unix
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable
-from dashboard.delivery import http, oauth, tls
+from dashboard.delivery import failures, http, oauth, tls
 from dashboard.delivery.fair_shares import FairShares
 from dashboard.delivery.ledger import Claimed, DrainStats, Finished, Ledger
 from dashboard.delivery.pacing import LOCAL_CAPACITY, Pacing
@@ -550,7 +550,7 @@ class _Drain:
                 result = task.result()  # http.post does not raise; this is the belt to its braces
             except Exception as exc:  # noqa: BLE001
                 log.error("attempt of delivery %s raised %r", item.delivery_id, exc)
-                result = http.AttemptResult(Outcome(error=http.error_text("internal error", exc)), 0, None)
+                result = http.AttemptResult(Outcome(error=failures.error_text(failures.INTERNAL_ERROR, exc)), 0, None)
             self.pacing.learn(sub, result.duration_ms / 1000)
             if not self.finished:
                 self.first_finished_at = time.monotonic()

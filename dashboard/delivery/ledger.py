@@ -32,7 +32,7 @@ from sqlalchemy import (
 
 from dashboard.core.clock import from_unix, unix
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable, retry_on_lost_connection
-from dashboard.delivery import http
+from dashboard.delivery import failures, http
 from dashboard.delivery.policies import Decision, Outcome, decide, policy_for
 from dashboard.models import (
     TEST_EVENT_TYPE,
@@ -471,7 +471,7 @@ class Ledger:
     def _fallback_decision(self, item: Claimed, exc: Exception, now: dt.datetime) -> tuple[Outcome, Decision]:
         """A decision for an attempt whose own decision failed (a bug): its error, and the default schedule."""
         log.exception("deciding the next state of delivery %s failed", item.delivery_id)
-        outcome = Outcome(error=http.error_text("internal error", exc))
+        outcome = Outcome(error=failures.error_text(failures.INTERNAL_ERROR, exc))
         return outcome, decide(policy_for("exponential"), outcome, item.attempts_in_schedule,
                                item.schedule_started_at, now, self.rng)
 

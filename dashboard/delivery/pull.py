@@ -24,6 +24,7 @@ from dashboard.core.clock import unix
 from dashboard.core.validation import ApiError
 from dashboard.delivery import http
 from dashboard.delivery.engine import DeliveryEngine
+from dashboard.delivery.failures import LEASE_EXPIRED, REPORTED
 from dashboard.delivery.ledger import DELIVERIES, SUBSCRIPTIONS, DrainStats, Finished, claim_statement, load
 from dashboard.delivery.policies import Outcome
 from dashboard.models import (
@@ -35,7 +36,6 @@ from dashboard.models import (
 )
 from dashboard.queue.work import WorkQueue
 
-LEASE_EXPIRED = "lease expired"
 # A subscription's pulls and acks record its leases that ran out at most this often (by the app's clock): the
 # look reads every delivery the subscription owes. A lease that ran out meanwhile is refused to its late ack all
 # the same, and handed out again by the next look.
@@ -251,7 +251,7 @@ def _result(entry, pulled_at: dt.datetime, now: dt.datetime) -> http.AttemptResu
     """An ack entry as an attempt: its status, or (null) the error it gives; its duration since the pull."""
     error = entry.error or None
     if entry.status is None:
-        outcome = Outcome(error=f"receiver: {error}" if error else "receiver: no status")
+        outcome = Outcome(error=f"{REPORTED}: {error}" if error else f"{REPORTED}: no status")
         excerpt = None
     else:
         outcome, excerpt = Outcome(status_code=entry.status), error

@@ -38,7 +38,7 @@ from dashboard.core.clock import unix
 from dashboard.core.extensions import db
 from dashboard.core.links import absolute_for
 from dashboard.core.validation import ApiError
-from dashboard.delivery import http, oauth, tls
+from dashboard.delivery import failures, http, oauth, tls
 from dashboard.delivery.ratelimit import MAX_WAIT_SECONDS, RateLimiter
 from dashboard.models import Check, CheckState, Subscription, SubscriptionState, Team, previous_signs
 from dashboard.queue import lanes
@@ -356,7 +356,7 @@ class Sender:
             attempt_timeout=min(timeout, left), excerpt_bytes=self.excerpt_bytes, allow_private=self.allow_private,
             ssl_context=self.ssl_context))
         outcome = result.outcome
-        timed_out = outcome.status_code is None and (outcome.error or "").startswith("timeout")
+        timed_out = outcome.status_code is None and (outcome.error or "").startswith(failures.TIMEOUT)
         if cut and timed_out:  # the check's time ran out, not the receiver's: this answer is not judged
             raise self.out_of_time()
         answer = rules.Answer(status=outcome.status_code, elapsed=result.duration_ms / 1000,
