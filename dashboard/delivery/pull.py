@@ -1,8 +1,8 @@
 """Pull delivery (issue 40): a pull subscription's deliveries wait in the database for its own client.
 
 No worker sends them (WorkQueue.push leaves them out, the sweeper does not enqueue them, a drain that
-claims a stray one gives it back unsent). The client leases due ones (`pull`) with the drain's own claim (delivery.ledger),
-so two clients never hold the same delivery at once, and answers each with an ack (`ack`), which the
+claims a stray one gives it back unsent). The client leases due ones (`pull`) with the drain's own claim
+(delivery.ledger), so two clients never hold the same delivery at once, and answers each with an ack (`ack`), which the
 ledger records as the attempt: a 2xx settles it, anything else follows the retry policy as a failed push
 does. A lease that runs out unacked is recorded as a failed attempt, "lease expired" (`expire_leases`: at
 the subscription's pulls and acks, at most once a second, and by the sweeper for all of them).

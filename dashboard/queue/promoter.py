@@ -1,5 +1,6 @@
 """The promoter: moves scheduled retries from Redis's scheduled set to the ready list as they come due.
-A thread beside every delivery worker and beside the sweeper; two promoting at once is harmless (each move is one script)."""
+A thread beside every delivery worker and beside the sweeper; two promoting at once is harmless (each move
+is one script)."""
 
 from __future__ import annotations
 

@@ -146,7 +146,8 @@ def test_a_write_under_a_lease_that_ran_out_and_was_taken_over_is_refused(app, p
     assert [item.delivery_id for item in taken_over] == ids[:1]
 
     def answered(items, token):
-        return [Finished(item, token, clock.now(), http.AttemptResult(Outcome(status_code=200), 5, None)) for item in items]
+        return [Finished(item, token, clock.now(), http.AttemptResult(Outcome(status_code=200), 5, None))
+                for item in items]
 
     other.ledger.record(answered(taken_over, token), DrainStats())
     cut_off.ledger.record(answered(sent, stale_token), DrainStats())

@@ -113,8 +113,9 @@ def test_a_delivery_in_flight_when_deleted_ends_cancelled_not_retried(app, produ
     [item] = work.pop_ready(10)
     claimed, token = engine.ledger.claim([split_item(item)[1]])  # a worker holds it ...
     producer.client.delete(f"/api/v1/subscriptions/{sub['id']}", headers=producer.headers())
-    engine.ledger.record([Finished(claimed[0], token, clock.now(), http.AttemptResult(Outcome(status_code=503), 5, "no"))],
-                  DrainStats())  # ... and its attempt comes back after the delete
+    engine.ledger.record([Finished(claimed[0], token, clock.now(),
+                                   http.AttemptResult(Outcome(status_code=503), 5, "no"))],
+                         DrainStats())  # ... and its attempt comes back after the delete
     db.session.expire_all()
     delivery = db.session.scalar(select(Delivery))
     assert delivery.state == DeliveryState.CANCELLED and delivery.next_attempt_at is None
