@@ -17,7 +17,7 @@ Ready work is served fairly (docs/scheduler.md): a pop visits the teams in turn,
 equal part of what is asked, and within a team its subscriptions in turn; a team that empties leaves
 the ring, one that gets work joins its tail. A sink's deliveries belong to the system team: its own tenant.
 
-A drain job (`dashboard.jobs.drain`) empties the ready list in batches; at most
+A drain job (`dashboard.delivery.jobs.drain`) empties the ready list in batches; at most
 PROMESA_DRAINERS of them hold a slot at once, so a burst of ingests enqueues a few
 jobs, not one per event. While one drain is running, another starts only when the ready list
 holds more than a drain takes at once (SPARE_DRAIN_BACKLOG), or when the running ones have
@@ -438,7 +438,7 @@ class WorkQueue:
         return moved
 
     def _enqueue_drain(self, token: str) -> None:
-        self.rq.enqueue("dashboard.jobs.drain", token,
+        self.rq.enqueue("dashboard.delivery.jobs.drain", token,
                         job_timeout=int(self.drain_budget_seconds) + 300, result_ttl=0, failure_ttl=7 * 86400)
 
     # -- consuming work -------------------------------------------------------------
