@@ -100,6 +100,9 @@ def check_schema(schema: dict):
         elif keyword == "patternProperties" and isinstance(value, dict):
             for pattern in value:
                 _refuse_unless_re2(pattern)
+    if _loops_in_place(schema):
+        raise ApiError(422, "schema refers to itself without end (a $ref cycle that never descends into "
+                            "the data)")
     expanded, expanded_depth = expansion(schema)
     if expanded > MAX_SCHEMA_EXPANSION:
         raise ApiError(422, f"schema expands to {expanded} subschemas once its $refs are followed, "
@@ -164,6 +167,45 @@ def expansion(schema) -> tuple[int, int]:
         return size(schema)
     except RecursionError:
         return sum(1 for _ in _keywords(schema)), MAX_EXPANDED_DEPTH + 1
+
+
+# Keywords whose subschemas apply to the same value as their parent: a cycle through only these never ends.
+_IN_PLACE = {"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "dependencies"}
+
+
+def _loops_in_place(schema) -> bool:
+    """Whether some $ref chain returns to a subschema without descending into the data on the way
+    (`{"$ref": "#"}`, or two definitions naming each other): validation would recurse until the stack ends."""
+    done: set[int] = set()
+    path: set[int] = set()
+
+    def same_value(node) -> list:
+        """The subschemas that apply to the very value `node` applies to."""
+        nexts = []
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                nexts.append(_target(schema, value))
+            elif key in _IN_PLACE:
+                nexts.extend(value if isinstance(value, list) else
+                             value.values() if key in ("dependentSchemas", "dependencies") and isinstance(value, dict)
+                             else [value])
+        return [n for n in nexts if isinstance(n, dict)]
+
+    def loops(node) -> bool:  # depth-first, each subschema once; `path` holds the chain being followed
+        if id(node) in path:
+            return True
+        if id(node) in done:
+            return False
+        path.add(id(node))
+        found = any(loops(n) for n in same_value(node))
+        path.discard(id(node))
+        done.add(id(node))
+        return found
+
+    try:
+        return any(loops(node) for node in _subschemas(schema))
+    except RecursionError:
+        return True
 
 
 def _target(schema, ref: str):

@@ -67,6 +67,17 @@ def test_a_ref_that_descends_without_end_is_bounded_by_depth(producer):
     assert resp.status_code == 422 and "($ref depth)" in resp.get_json()["error"]
 
 
+def test_a_ref_back_to_the_root_through_the_data_is_a_tree_and_is_accepted(producer, receiver):
+    """Recursion that descends into the data ends with the data; only a cycle in place is refused."""
+    tree = {"type": "object", "properties": {"resource_id": {"type": "string"},
+                                              "children": {"type": "array", "items": {"$ref": "#"}}}}
+    assert declare(producer, tree).status_code == 201
+    producer.publish(data={"resource_id": "f_1", "children": [{"resource_id": "f_2", "children": []}]})
+    refused = producer.post("/api/v1/events", {"type": "file.updated",
+                                               "data": {"resource_id": "f_1", "children": [{"resource_id": 2}]}})
+    assert refused.status_code == 422 and "children" in refused.get_json()["error"]
+
+
 def test_each_declaration_is_compiled_once_per_web_process(app, producer, receiver):
     producer.subscribe(receiver.url + "/ok")
     compiled = catalog.Compiled.for_app(app)

@@ -66,6 +66,8 @@ def test_an_event_type_schema_nested_too_deep_to_check_is_refused(producer):
 
 @pytest.mark.parametrize("schema, words", [
     ({"$ref": "#"}, "refers to itself"),                                    # validation would recurse forever
+    ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"},
+     "refers to itself"),                                                   # a cycle through two definitions
     ({"$ref": "https://example.com/schema.json"}, "only to itself"),        # never fetched: no SSRF through $ref
     ({"properties": {"a": {"$ref": "#/$defs/missing"}}}, "cannot be resolved"),
 ])
