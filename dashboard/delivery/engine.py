@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import aiohttp
+import redis
 from sqlalchemy import (
     ARRAY,
     String,
@@ -398,6 +399,9 @@ class DeliveryEngine:
             self.work.push([work_item(item.subscription_id, item.delivery_id) for item, _ in unsent])
         except REDIS_AWAY:
             log.warning("Redis is away: %d released deliveries wait for the sweeper", len(unsent))
+        except redis.exceptions.OutOfMemoryError as full:
+            log.warning("Redis is full: %d released deliveries wait for the sweeper",
+                        getattr(full, "left", len(unsent)))
 
     def unlease(self, claimed: list[tuple[Claimed, str]]) -> None:
         """Free these (delivery, lease token) pairs as they were, without an attempt: due for whoever comes next."""

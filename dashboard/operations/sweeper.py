@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 
+import redis
 from sqlalchemy import or_, select
 
 from dashboard.core import tracing
@@ -88,7 +89,13 @@ def _sweep(app, clock) -> int:
             queued = work.queued_among(due)
             lost = [item for item in due if item not in queued]
             if lost:
-                work.push(lost)
+                try:
+                    work.push(lost)
+                except redis.exceptions.OutOfMemoryError as full:  # the rest waits for a pass with room
+                    found += len(lost) - getattr(full, "left", len(lost))
+                    log.warning("Redis is full: the sweeper enqueues the rest of the due deliveries when there "
+                                "is room")
+                    break
                 found += len(lost)
         # Pull leases that ran out unacked are failed attempts (their clients fetch them again when due).
         expired = pull.expire_leases(pull.engine_for(app), now)

@@ -162,8 +162,8 @@ def push_now(items: list[str]) -> None:
     except REDIS_AWAY as error:  # accepted work is in the database: never fail the producer for Redis
         redis_outage.failed(error, "ingest")  # one line per outage, not a traceback per request
         return
-    except redis.exceptions.OutOfMemoryError:
-        redis_full.refused(len(items))
+    except redis.exceptions.OutOfMemoryError as full:
+        redis_full.refused(getattr(full, "left", len(items)))
         return
     except (redis.RedisError, OSError):
         log.warning("could not enqueue %d deliveries; the sweeper will", len(items), exc_info=True)

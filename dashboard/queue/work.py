@@ -29,6 +29,7 @@ trickle for a whole heartbeat ends (`heartbeat` tells it whether others are beat
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import threading
 import time
@@ -43,6 +44,8 @@ from sqlalchemy import select
 from dashboard.models import Subscription, SubscriptionMode
 from dashboard.queue import clients
 
+log = logging.getLogger(__name__)
+
 SLOT_TTL_SECONDS = 90
 # A running drain beats this often; one silent for SLOT_STALE_SECONDS no longer keeps others from starting
 # (its slot still counts against PROMESA_DRAINERS until SLOT_TTL_SECONDS).
@@ -55,9 +58,12 @@ _CHUNK = 1000  # Lua's unpack() has a stack limit: push ids in chunks
 # what it holds (RQ's jobs, retries, heartbeats), which a full Redis would refuse them. The sweeper pushes
 # what waited in the database once there is room again.
 WORK_SHARE_OF_MAXMEMORY = 0.9
-# A process asks Redis for its memory at most this often (an INFO costs more than the push it guards); what
-# it pushes in between may pass the share by that much.
+# A process asks Redis for its memory at most this often (an INFO costs more than the push it guards); in
+# between it counts what it pushed against the room it read.
 ROOM_CHECK_SECONDS = 0.05
+# What one ready item takes in Redis, rounded up (docs/operating.md measures about 261 bytes): a push takes
+# only as many items as the room left below the share holds.
+READY_ITEM_BYTES = 320
 
 # Files one work item under its subscription, its subscription under its team, its team in the ring
 # (each only when it was not there: RPUSH answering 1 means the list was empty). Needs p (the prefix).
@@ -98,8 +104,11 @@ return 1
 """
 
 # KEYS: drainers. ARGV: now, ttl, slot token, stale after. Renews the slot; returns the slots that beat lately.
+# Removed, then added again: a full Redis refuses a script's first write only if it may add (ZADD), never
+# one that frees (ZREM), and lets a script that has written go on, so a drain beats on in a full Redis.
 _HEARTBEAT = """
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('ZREM', KEYS[1], ARGV[3])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
 return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. (now + ttl - tonumber(ARGV[4])), '+inf')
 """
@@ -129,6 +138,8 @@ return #ids
 # Takes up to count items: in each round of the ring, every team gets an equal part of what is still
 # wanted, split between its subscriptions in turn; the ring turns after each team. Skipped teams (at their share in the
 # asking drain) keep their work here. Returns the items, then (last) the teams still waiting.
+# A ring turns by LPOP then RPUSH, not LMOVE: the LPOP frees, so a full Redis lets the script write on
+# (the heartbeat's note), and a drain takes work out of a Redis past its maxmemory.
 _POP = """
 local want, p = tonumber(ARGV[1]), ARGV[2]
 local skip = {}
@@ -159,7 +170,7 @@ while #out < want and teams > 0 and idle < teams do
         redis.call('LPOP', ring)
         subs = subs - 1
       else
-        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+        redis.call('RPUSH', ring, redis.call('LPOP', ring))
       end
     end
   end
@@ -167,7 +178,7 @@ while #out < want and teams > 0 and idle < teams do
     redis.call('LPOP', KEYS[1])
     teams = teams - 1
   else
-    redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
+    redis.call('RPUSH', KEYS[1], redis.call('LPOP', KEYS[1]))
   end
   if #out > before then idle = 0 else idle = idle + 1 end
 end
@@ -183,7 +194,12 @@ UNKNOWN_TEAM = "?"
 
 
 class NoRoom(redis.exceptions.OutOfMemoryError):
-    """Redis is past WORK_SHARE_OF_MAXMEMORY of its maxmemory: new work waits in the database."""
+    """Redis is past WORK_SHARE_OF_MAXMEMORY of its maxmemory: new work waits in the database. `left`: how many
+    of the items a push was given it left there."""
+
+    def __init__(self, message: str, left: int = 0):
+        super().__init__(message)
+        self.left = left
 
 
 def is_spare(token: str, beating: list[str]) -> bool:
@@ -293,7 +309,10 @@ class WorkQueue:
         self._is_pull: dict[str, bool] = {}
         self.waiting_teams: frozenset[str] = frozenset()  # teams with ready work after the last pop
         self._room_checked_at = -math.inf
-        self._no_room: str | None = None  # why new work waits, as of the last look at Redis's memory
+        # Bytes new work may still take below the share, as of the last look at Redis's memory less what this
+        # process pushed since (None: Redis has no maxmemory); and what that look saw.
+        self._room_bytes: float | None = None
+        self._memory_seen = ""
         self._push_and_claim = conn.register_script(_PUSH_AND_CLAIM)
         self._promote = conn.register_script(_PROMOTE)
         self._pop = conn.register_script(_POP)
@@ -357,22 +376,25 @@ class WorkQueue:
     # -- producing work -------------------------------------------------------------
     def push(self, items) -> bool:
         """Make work items ready now, and start a drain job if none is there to take them. Raises NoRoom
-        (what it pushed before stays) when Redis is nearly full."""
+        when Redis is nearly full: the items that fit below the share are pushed, the rest are left out."""
         ids = self._pushed_by_workers([str(i) for i in items])
         started = False
-        for start in range(0, max(len(ids), 1), _CHUNK):
+        start = 0
+        while True:
             token = str(uuid.uuid4())
-            chunk = ids[start:start + _CHUNK]
-            if chunk:  # (a kick adds nothing: it is how a nearly full Redis gets drained)
-                self._check_room()
+            # A kick (no items) adds nothing: it is how a nearly full Redis gets drained.
+            chunk = ids[start:start + self._fitting(min(_CHUNK, len(ids) - start))] if ids else []
+            if ids and not chunk:
+                raise NoRoom(self._memory_seen, left=len(ids) - start)
+            start += len(chunk)
             claimed = self._push_and_claim(
                 keys=[self.drainers_key, self.ready_index_key],
                 args=[time.time(), SLOT_TTL_SECONDS, self.max_drainers, token, SPARE_DRAIN_BACKLOG,
                       SLOT_STALE_SECONDS, self.prefix, *self._filed(chunk)])
             if claimed:
-                self._enqueue_drain(token)
-                started = True
-        return started
+                started = self._enqueue_drain(token) or started
+            if start >= len(ids):
+                return started
 
     def _pushed_by_workers(self, items: list[str]) -> list[str]:
         """The items of push subscriptions: a pull subscription's deliveries wait in the database for its client."""
@@ -390,7 +412,8 @@ class WorkQueue:
         self.conn.publish(self.pull_due_channel, " ".join(pulled))  # wakes their clients' waiting pulls
         return [item for item in items if not known[item.rpartition("|")[0]]]
 
-    def _check_room(self) -> None:
+    def _fitting(self, wanted: int) -> int:
+        """How many of `wanted` new ready items fit below WORK_SHARE_OF_MAXMEMORY; counted as pushed."""
         now = time.monotonic()
         if now >= self._room_checked_at + ROOM_CHECK_SECONDS:
             self._room_checked_at = now
@@ -399,12 +422,14 @@ class WorkQueue:
             except redis.exceptions.ResponseError:
                 memory = {}  # INFO renamed away (some managed services): no ceiling to keep to
             ceiling = int(memory.get("maxmemory", 0))
-            self._no_room = None
-            if ceiling and memory["used_memory"] >= WORK_SHARE_OF_MAXMEMORY * ceiling:
-                self._no_room = (f"Redis uses {memory['used_memory']} bytes of its maxmemory of {ceiling}; new work "
-                                 "waits in the database")
-        if self._no_room:
-            raise NoRoom(self._no_room)
+            self._room_bytes = WORK_SHARE_OF_MAXMEMORY * ceiling - memory["used_memory"] if ceiling else None
+            self._memory_seen = (f"Redis uses {memory.get('used_memory')} bytes of its maxmemory of {ceiling}; "
+                                 "new work waits in the database")
+        if self._room_bytes is None:
+            return wanted
+        fitting = max(0, min(wanted, int(self._room_bytes // READY_ITEM_BYTES)))
+        self._room_bytes -= fitting * READY_ITEM_BYTES
+        return fitting
 
     def kick(self) -> bool:
         """Start a drain job if there is ready work and a free slot."""
@@ -413,7 +438,8 @@ class WorkQueue:
     def schedule(self, due: list[tuple[str, float]]) -> None:
         """Park work items until their next attempt: (work item, unix time due). Their teams go to
         Redis's map with them (it may have been flushed since this process learned them), for the
-        promotion to file them by."""
+        promotion to file them by. A Redis past its maxmemory refuses them: they wait in the database,
+        where every one is due by then, for the sweeper."""
         if due:
             filed = self._filed([str(i) for i, _ in due])
             teams = {item.rpartition("|")[0]: team for team, item in zip(filed[::2], filed[1::2])
@@ -422,7 +448,11 @@ class WorkQueue:
             if teams:
                 pipe.hset(self.teams_key, mapping=teams)
             pipe.zadd(self.scheduled_key, {str(i): when for i, when in due})
-            pipe.execute()
+            try:
+                pipe.execute()
+            except redis.exceptions.OutOfMemoryError:
+                log.warning("Redis is full: %d deliveries to come back later wait in the database for the sweeper",
+                            len(due))
 
     def promote_due(self, now_unix: float) -> int:
         """Move every scheduled delivery whose time has come to the ready list."""
@@ -437,9 +467,16 @@ class WorkQueue:
             self.kick()
         return moved
 
-    def _enqueue_drain(self, token: str) -> None:
-        self.rq.enqueue("dashboard.delivery.jobs.drain", token,
-                        job_timeout=int(self.drain_budget_seconds) + 300, result_ttl=0, failure_ttl=7 * 86400)
+    def _enqueue_drain(self, token: str) -> bool:
+        """Enqueue the drain job for a slot just claimed; in a Redis past its maxmemory RQ cannot, and the
+        slot is given back at once (the drains running free the room; the sweeper's next kick tries again)."""
+        try:
+            self.rq.enqueue("dashboard.delivery.jobs.drain", token,
+                            job_timeout=int(self.drain_budget_seconds) + 300, result_ttl=0, failure_ttl=7 * 86400)
+        except redis.exceptions.OutOfMemoryError:
+            self.conn.zrem(self.drainers_key, token)
+            return False
+        return True
 
     # -- consuming work -------------------------------------------------------------
     def pop_ready(self, count: int, skip_teams=()) -> list[str]:
@@ -453,8 +490,14 @@ class WorkQueue:
         """Block up to `timeout` seconds for ready work, then take up to `count` ids."""
         # BLMOVE of the ring's head back to its head waits without taking or turning anything: what is
         # taken goes through pop_ready, which keeps the queues and the index in step.
-        if self.conn.blmove(self.ring_key, self.ring_key, timeout, "LEFT", "LEFT") is None:
-            return []
+        try:
+            if self.conn.blmove(self.ring_key, self.ring_key, timeout, "LEFT", "LEFT") is None:
+                return []
+        except redis.exceptions.OutOfMemoryError:  # BLMOVE may add, so a full Redis refuses it; the pop frees
+            items = self.pop_ready(count)
+            if not items:
+                time.sleep(timeout)
+            return items
         return self.pop_ready(count)
 
     def ready_count(self) -> int:
