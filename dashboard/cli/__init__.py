@@ -215,8 +215,8 @@ def worker(burst, lane):
     that lane's jobs and never a delivery."""
     from dashboard.core.outages import database_outage, redis_outage
     from dashboard.delivery.worker import run
-    from dashboard.operations.sweeper import promote_forever
     from dashboard.queue import heartbeat
+    from dashboard.queue.promoter import promote_forever
     from dashboard.queue.work import WorkQueue
 
     app = current_app._get_current_object()
@@ -235,7 +235,7 @@ def worker(burst, lane):
 
         with contextlib.suppress(*REDIS_AWAY):  # Redis away: run() below waits for it
             work.promote_due(unix(app.config["CLOCK"].now()))
-    from dashboard.delivery import jobs  # noqa: F401  (imported now, so the freeze below covers the delivery code too)
+    from dashboard import jobs  # noqa: F401  (imported now, so the freeze below covers every job's code too)
 
     freeze_heap()
     # SimpleWorker: one drain job carries many deliveries, so forking per job buys nothing but latency.

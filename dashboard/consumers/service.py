@@ -11,7 +11,7 @@ from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, compact_json, refuse_nul
 from dashboard.ingest import quotas
 from dashboard.models import Consumer, ConsumerState, Delivery, DeliveryState, Subscription, SubscriptionState, Team
-from dashboard.queue.handoff import enqueue
+from dashboard.queue.handoff import enqueue_after_commit
 from dashboard.queue.work import work_item
 from dashboard.schemas import MAX_CONSUMER_METADATA_BYTES, ConsumerInput
 
@@ -112,8 +112,8 @@ def set_state(consumer: Consumer, state: str, reason: str | None = None) -> int:
     audit.record("consumer.disabled" if state == ConsumerState.DISABLED else "consumer.enabled",
                  team_id=consumer.team_id, target=f"consumer:{consumer.uid}", deliveries=count,
                  detail={"reason": reason} if reason else None)
+    enqueue_after_commit([work_item(sub_id, delivery_id) for sub_id, delivery_id in released])
     db.session.commit()
-    enqueue([work_item(sub_id, delivery_id) for sub_id, delivery_id in released])
     return count
 
 
@@ -146,9 +146,9 @@ def delete(consumer: Consumer) -> int:
         .values(deleted_at=now).execution_options(synchronize_session=False)).rowcount
     audit.record("consumer.deleted", team_id=consumer.team_id, target=f"consumer:{consumer.uid}",
                  deliveries=len(released), detail={"subscriptions": subscriptions})
+    enqueue_after_commit([work_item(sub_id, delivery_id) for sub_id, delivery_id in released])
     db.session.commit()
     db.session.expire_all()
-    enqueue([work_item(sub_id, delivery_id) for sub_id, delivery_id in released])
     return len(released)
 
 

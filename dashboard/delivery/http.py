@@ -19,13 +19,24 @@ from promesa_receiver import signing
 
 from dashboard.core import crypto, tracing
 from dashboard.delivery import tls
+from dashboard.delivery.failures import (
+    CONNECTION_ERROR,
+    DNS_ERROR,
+    INTERNAL_ERROR,
+    INVALID_RESPONSE,
+    PRIVATE_ADDRESS_REFUSED,
+    REDIRECT_NOT_FOLLOWED,
+    TIMEOUT,
+    TLS_ERROR,
+    error_text,
+    short,
+)
 from dashboard.delivery.policies import Outcome
 from dashboard.delivery.targets import PublicOnlyResolver, _is_ip, is_public, public_socket
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "Promesa-Webhooks/1"
-ERROR_LENGTH = 200  # attempts.error and deliveries.last_error hold this many characters
 RESPONSE_HEADERS_BYTES = 4096  # attempts.response_headers keeps at most this much of the answer's headers
 
 
@@ -107,7 +118,7 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
     excerpt = answer_headers = location = None
     try:
         if not allow_private and _private_literal(url):
-            return AttemptResult(Outcome(error="private address refused"), 0, None)
+            return AttemptResult(Outcome(error=PRIVATE_ADDRESS_REFUSED), 0, None)
         timeout = _timeout(attempt_timeout, connect_timeout)
         async with session.post(url, data=body, headers=headers, allow_redirects=False, timeout=timeout,
                                 ssl=True if ssl_context is None else ssl_context) as resp:
@@ -115,33 +126,33 @@ async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: d
             answer_headers = headers_text(resp.raw_headers)
             excerpt = await _excerpt(resp, excerpt_bytes)
             if 300 <= status < 400:
-                outcome = Outcome(status_code=status, error="redirect not followed")
+                outcome = Outcome(status_code=status, error=REDIRECT_NOT_FOLLOWED)
                 location = resp.headers.get("Location")
             else:
                 outcome = Outcome(status_code=status, retry_after_seconds=retry_after_seconds(
                     resp.headers.get("Retry-After"), time.time()) if status == 429 else None)
     except TimeoutError:
-        outcome = Outcome(error="timeout")
+        outcome = Outcome(error=TIMEOUT)
     except aiohttp.ClientConnectorCertificateError as exc:  # the reason first: the stored error is short
-        outcome = Outcome(error=error_text("TLS error", _certificate_problem(exc)))
+        outcome = Outcome(error=error_text(TLS_ERROR, _certificate_problem(exc)))
     except aiohttp.ClientConnectorDNSError as exc:
-        outcome = Outcome(error=error_text("DNS error", f"{exc.os_error.strerror or exc} ({exc.host})"))
+        outcome = Outcome(error=error_text(DNS_ERROR, f"{exc.os_error.strerror or exc} ({exc.host})"))
     except aiohttp.ClientConnectorSSLError as exc:
-        outcome = Outcome(error=error_text("TLS error", exc.os_error))
+        outcome = Outcome(error=error_text(TLS_ERROR, exc.os_error))
     except aiohttp.ClientConnectorError as exc:
-        outcome = Outcome(error=error_text("connection error", exc))
+        outcome = Outcome(error=error_text(CONNECTION_ERROR, exc))
     except aiohttp.ClientResponseError as exc:
         # aiohttp's own "400" for an answer it could not parse (status line, headers): the receiver
         # sent no status code we could read, so none is recorded.
-        outcome = Outcome(error=error_text("invalid response", exc.message or exc))
+        outcome = Outcome(error=error_text(INVALID_RESPONSE, exc.message or exc))
     except aiohttp.ClientError as exc:
         refused = tls.handshake_refusal(exc, url[:6].lower() == "https:")  # a TLS alert comes after the handshake
-        outcome = Outcome(error=error_text("TLS error", refused) if refused else error_text(type(exc).__name__, exc))
+        outcome = Outcome(error=error_text(TLS_ERROR, refused) if refused else error_text(type(exc).__name__, exc))
     except OSError as exc:
-        outcome = Outcome(error=error_text("connection error", exc))
+        outcome = Outcome(error=error_text(CONNECTION_ERROR, exc))
     except Exception as exc:
         log.exception("attempt to %s failed inside Promesa", url)
-        outcome = Outcome(error=error_text("internal error", exc))
+        outcome = Outcome(error=error_text(INTERNAL_ERROR, exc))
     return AttemptResult(outcome, int((time.monotonic() - started) * 1000), excerpt, answer_headers, location)
 
 
@@ -189,7 +200,7 @@ def client_session(limit: int, allow_private: bool) -> aiohttp.ClientSession:
 
 async def failed(exc: Exception) -> AttemptResult:
     """The result of an attempt that could not even be prepared (signing, decrypting the secret)."""
-    return AttemptResult(Outcome(error=error_text("internal error", exc)), 0, None)
+    return AttemptResult(Outcome(error=error_text(INTERNAL_ERROR, exc)), 0, None)
 
 
 async def _excerpt(resp: aiohttp.ClientResponse, limit: int) -> str:
@@ -199,7 +210,7 @@ async def _excerpt(resp: aiohttp.ClientResponse, limit: int) -> str:
         raw = await resp.content.read(limit)
     except aiohttp.ClientPayloadError as exc:
         # Cut off or malformed mid-body (chunking): the status line has already answered.
-        return f"[body unreadable: {_short(exc)}]"
+        return f"[body unreadable: {short(exc)}]"
     encoding = resp.headers.get("Content-Encoding", "").strip().lower()
     if encoding in ("gzip", "x-gzip", "deflate") and raw:
         raw = _inflate(raw, limit)
@@ -224,10 +235,6 @@ def _certificate_problem(exc: aiohttp.ClientConnectorCertificateError) -> str:
     return f"certificate verify failed: {problem} ({exc.host}:{exc.port})"
 
 
-def error_text(kind: str, detail) -> str:
-    return f"{kind}: {_short(detail)}"[:ERROR_LENGTH]
-
-
 @functools.lru_cache(maxsize=4096)
 def _private_literal(url: str) -> bool:
     """Is the URL's host a private IP address written out (which no resolver gets to refuse)?"""
@@ -241,5 +248,5 @@ def _timeout(total: float, connect: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=total, sock_connect=connect)
 
 
-def _short(exc) -> str:
+def short(exc) -> str:
     return str(exc)[:150] or type(exc).__name__

@@ -7,7 +7,8 @@ import logging
 from flask import current_app
 
 from dashboard.core.outages import REDIS_AWAY, database_outage, database_unavailable
-from dashboard.delivery.engine import OUTAGE_WAIT_SECONDS, DeliveryEngine
+from dashboard.delivery.engine import DeliveryEngine
+from dashboard.delivery.ledger import OUTAGE_WAIT_SECONDS
 from dashboard.queue.work import WorkQueue
 
 log = logging.getLogger(__name__)

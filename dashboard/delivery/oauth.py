@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from urllib.parse import quote_plus, urlencode
 
 from dashboard.core.clock import unix
-from dashboard.delivery import http
+from dashboard.delivery import failures, http
 from dashboard.delivery.policies import Outcome
 
 # No expires_in in the answer: the token is used this long (docs/api.md, OAuth2 client credentials).
@@ -32,7 +32,7 @@ EXPIRY_MARGIN_SECONDS = 30
 # ... and kept at most this long, whatever expires_in says.
 MAX_LIFETIME_SECONDS = 86400
 ANSWER_BYTES = 64 * 1024  # a token endpoint's answer is read up to this much
-ERROR_PREFIX = "auth failed: "
+ERROR_PREFIX = f"{failures.AUTH_FAILED}: "
 # What may go in an Authorization header: visible ASCII (RFC 6750's b64token is narrower; servers vary).
 _TOKEN = re.compile(r"^[\x21-\x7e]{1,8192}$")
 _OAUTH_ERROR = re.compile(r"^[A-Za-z0-9_.-]{1,60}$")  # an RFC 6749 5.2 error code, shown as is
@@ -42,7 +42,7 @@ class AuthFailed(Exception):
     """No token: the message starts with "auth failed: " and says why, never with a token or secret in it."""
 
     def __init__(self, why: str):
-        super().__init__((ERROR_PREFIX + why)[:http.ERROR_LENGTH])
+        super().__init__((ERROR_PREFIX + why)[:failures.ERROR_LENGTH])
 
 
 @dataclass(frozen=True)

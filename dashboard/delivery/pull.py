@@ -1,9 +1,9 @@
 """Pull delivery (issue 40): a pull subscription's deliveries wait in the database for its own client.
 
 No worker sends them (WorkQueue.push leaves them out, the sweeper does not enqueue them, a drain that
-claims a stray one gives it back unsent). The client leases due ones (`pull`) with the engine's own claim,
-so two clients never hold the same delivery at once, and answers each with an ack (`ack`), which the
-engine records as the attempt: a 2xx settles it, anything else follows the retry policy as a failed push
+claims a stray one gives it back unsent). The client leases due ones (`pull`) with the drain's own claim
+(delivery.ledger), so two clients never hold the same delivery at once, and answers each with an ack (`ack`), which the
+ledger records as the attempt: a 2xx settles it, anything else follows the retry policy as a failed push
 does. A lease that runs out unacked is recorded as a failed attempt, "lease expired" (`expire_leases`: at
 the subscription's pulls and acks, at most once a second, and by the sweeper for all of them).
 
@@ -23,7 +23,9 @@ from sqlalchemy import bindparam, case, func, or_, select, update
 from dashboard.core.clock import unix
 from dashboard.core.validation import ApiError
 from dashboard.delivery import http
-from dashboard.delivery.engine import DELIVERIES, SUBSCRIPTIONS, DeliveryEngine, DrainStats, claim_statement, load
+from dashboard.delivery.engine import DeliveryEngine
+from dashboard.delivery.failures import LEASE_EXPIRED, REPORTED
+from dashboard.delivery.ledger import DELIVERIES, SUBSCRIPTIONS, DrainStats, Finished, claim_statement, load
 from dashboard.delivery.policies import Outcome
 from dashboard.models import (
     ConsumerState,
@@ -34,7 +36,6 @@ from dashboard.models import (
 )
 from dashboard.queue.work import WorkQueue
 
-LEASE_EXPIRED = "lease expired"
 # A subscription's pulls and acks record its leases that ran out at most this often (by the app's clock): the
 # look reads every delivery the subscription owes. A lease that ran out meanwhile is refused to its late ack all
 # the same, and handed out again by the next look.
@@ -220,8 +221,8 @@ def ack(sub: Subscription, entries) -> list[Acked]:
         for item in items:
             _, entry = answering[item.delivery_id]
             pulled_at = leased[item.delivery_id].updated_at
-            finished.append((item, token, pulled_at, _result(entry, pulled_at, now)))
-        engine.record(finished, DrainStats())
+            finished.append(Finished(item, token, pulled_at, _result(entry, pulled_at, now)))
+        engine.ledger.record(finished, DrainStats())
     after = {}
     if taken:
         with engine.db_engine.connect() as conn:
@@ -250,7 +251,7 @@ def _result(entry, pulled_at: dt.datetime, now: dt.datetime) -> http.AttemptResu
     """An ack entry as an attempt: its status, or (null) the error it gives; its duration since the pull."""
     error = entry.error or None
     if entry.status is None:
-        outcome = Outcome(error=f"receiver: {error}" if error else "receiver: no status")
+        outcome = Outcome(error=f"{REPORTED}: {error}" if error else f"{REPORTED}: no status")
         excerpt = None
     else:
         outcome, excerpt = Outcome(status_code=entry.status), error
@@ -282,7 +283,7 @@ def expire_leases(engine: DeliveryEngine, now: dt.datetime, subscription_id: str
     if not items:
         return 0
     leases = {row.id: row for row in rows}
-    engine.record([(item, token, leases[item.delivery_id].updated_at, http.AttemptResult(
+    engine.ledger.record([Finished(item, token, leases[item.delivery_id].updated_at, http.AttemptResult(
         Outcome(error=LEASE_EXPIRED),
         _milliseconds(leases[item.delivery_id].lease_expires_at - leases[item.delivery_id].updated_at), None))
         for item in items], DrainStats())

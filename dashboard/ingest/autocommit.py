@@ -1,7 +1,7 @@
 """The producer's one-event request, without a transaction or an ORM session on PostgreSQL.
 
 Ingest reads (the token, the routing and the catalog in one statement; a repeated key) and then writes
-once: on PostgreSQL the events and their deliveries are one statement (`ingest.insert_events`), atomic
+once: on PostgreSQL the events and their deliveries are one statement (`ingest.writing.insert_events`), atomic
 on its own. So the ingest endpoints read and write on a connection of their own in autocommit:
 - no BEGIN and COMMIT round trips (on a busy machine each one is a wait, and a request would make several);
 - no ORM session around two Core statements: taking its connection, switching it to autocommit and

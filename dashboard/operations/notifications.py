@@ -15,7 +15,7 @@ Two audiences:
 
 `notify()` stages everything in the current database session: the events and deliveries commit with
 the change they announce, and are handed to the workers when that session commits (never for a
-rollback).
+rollback: queue.handoff.enqueue_after_commit).
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from urllib.parse import urlencode, urlsplit
 
 from flask import current_app
 from promesa_receiver import signing
-from sqlalchemy import event as sa_event
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
 from dashboard import audit
 from dashboard.accounts import access
@@ -43,7 +41,7 @@ from dashboard.core.ids import new_ids
 from dashboard.core.links import absolute
 from dashboard.core.validation import ApiError
 from dashboard.delivery.targets import url_problem
-from dashboard.ingest.accept import insert_rows, thin_body
+from dashboard.ingest.writing import Promised, delivery_rows, insert_rows, new_delivery_values, thin_body
 from dashboard.models import (
     Consumer,
     Delivery,
@@ -58,8 +56,7 @@ from dashboard.models import (
     Team,
 )
 from dashboard.operations.incident_rules import setting_of, title
-from dashboard.queue.handoff import enqueue
-from dashboard.queue.work import work_item
+from dashboard.queue.handoff import enqueue_after_commit
 from dashboard.stats import folding
 from dashboard.subscriptions.service import hold
 
@@ -72,28 +69,10 @@ SINK_NOTIFICATIONS = {"incident.opened", "incident.acknowledged", "incident.reso
                       "replay.finished"}
 TEAM_EVENTS = {"delivery.dead", "subscription.disabled", "incident.opened", "incident.resolved"}
 TEAM_EVENT_TYPES = tuple(sorted(f"promesa.{kind}" for kind in TEAM_EVENTS))
-_STAGED = "promesa_staged_work"
 # New dead letters are announced once this old: the engine's transaction that wrote one has committed.
 DEAD_LETTER_LAG = dt.timedelta(minutes=1)
 FIRST_LOOK_BACK = dt.timedelta(hours=1)  # how far back the very first pass looks
 MAX_DEAD_LETTER_EVENTS = 10_000  # per pass; the rest wait for the next one
-
-
-# -- handing staged work to the workers after the commit ------------------------------------
-@sa_event.listens_for(Session, "after_commit")
-def _enqueue_staged(session):
-    items = session.info.pop(_STAGED, None)
-    if items:
-        enqueue(items)
-
-
-@sa_event.listens_for(Session, "after_rollback")
-def _drop_staged(session):
-    session.info.pop(_STAGED, None)
-
-
-def _stage(items: list[str]) -> None:
-    db.session().info.setdefault(_STAGED, []).extend(items)
 
 
 def store_events(team_id: int, event_type: str, data: dict, bodies: dict[str, Callable[[str], str]]) -> int:
@@ -109,24 +88,18 @@ def store_events(team_id: int, event_type: str, data: dict, bodies: dict[str, Ca
     for sub_id, build in bodies.items():
         if sub_id in states:
             by_builder.setdefault(build, []).append(sub_id)
-    event_rows, delivery_rows, ready = [], [], []
+    event_rows, promised = [], []
     for (build, sub_ids), event_id in zip(by_builder.items(), new_ids("evt", len(by_builder))):
         event_rows.append({"key": event_id, "id": event_id, "type": event_type, "data": data, "body": build(event_id),
                            "occurred_at": now})
-        for sub_id, delivery_id in zip(sub_ids, new_ids("dlv", len(sub_ids))):
-            active = states[sub_id] == SubscriptionState.ACTIVE
-            delivery_rows.append({"id": delivery_id, "event_key": event_id, "subscription_id": sub_id,
-                                  "state": DeliveryState.PENDING if active else DeliveryState.HELD})
-            if active:
-                ready.append(work_item(sub_id, delivery_id))
+        promised += [Promised(event_id, sub_id, states[sub_id] == SubscriptionState.ACTIVE) for sub_id in sub_ids]
+    deliveries, ready = delivery_rows(promised)
     if event_rows:
         insert_rows(Event.__table__, event_rows, same={"team_id": team_id, "version": 1, "idempotency_key": None,
                                                        "created_at": now})
-        insert_rows(Delivery.__table__, delivery_rows, same={"attempt_count": 0, "retry_base": 0,
-                                                             "next_attempt_at": now, "created_at": now,
-                                                             "updated_at": now})
-    _stage(ready)
-    return len(delivery_rows)
+        insert_rows(Delivery.__table__, deliveries, same=new_delivery_values(now))
+    enqueue_after_commit(ready)
+    return len(deliveries)
 
 
 def slack_escape(text: str) -> str:

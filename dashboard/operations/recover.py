@@ -32,6 +32,8 @@ from dashboard.models import (
     Subscription,
     SubscriptionState,
 )
+from dashboard.queue.handoff import enqueue_after_commit
+from dashboard.queue.work import work_item
 from dashboard.subscriptions import service as subscription_service
 
 
@@ -129,8 +131,9 @@ def _filter_json(sub: Subscription) -> str | None:
 
 
 def _deliveries_for(sub: Subscription, event_keys: list[str], replay_id: str) -> list[tuple[str, str, str]]:
-    """A delivery to `sub` for each of these events that has none: pending, or held while the subscription or its
-    consumer is not active. Its retry schedule starts now, not when the event was accepted."""
+    """A delivery to `sub` for each of these events that has none: pending (to the workers when the job commits),
+    or held while the subscription or its consumer is not active. Its retry schedule starts now, not when the
+    event was accepted."""
     if not event_keys:
         return []
     have = set(db.session.scalars(select(Delivery.event_key).where(Delivery.event_key.in_(event_keys),
@@ -147,4 +150,6 @@ def _deliveries_for(sub: Subscription, event_keys: list[str], replay_id: str) ->
         {"id": delivery_id, "event_key": key, "subscription_id": sub.id, "state": state, "attempt_count": 0,
          "retry_base": 0, "schedule_started_at": now, "next_attempt_at": now, "created_at": now, "updated_at": now,
          "replay_id": replay_id} for delivery_id, key in zip(ids, missing)])
+    if active:
+        enqueue_after_commit([work_item(sub.id, delivery_id) for delivery_id in ids])
     return [(sub.id, delivery_id, state) for delivery_id in ids]

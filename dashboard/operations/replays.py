@@ -266,7 +266,7 @@ def _store(kind: str, filter_json: dict, key: str, *, team_id: int | None, subsc
 
 
 def _enqueue(replay_id: str) -> None:
-    lanes.enqueue("repairs", "dashboard.operations.replays.run", replay_id, job_id=f"replay-{replay_id}",
+    lanes.enqueue("repairs", "dashboard.jobs.replay", replay_id, job_id=f"replay-{replay_id}",
                   job_timeout=JOB_TIMEOUT_SECONDS, result_ttl=86400, failure_ttl=7 * 86400)
 
 
@@ -310,15 +310,14 @@ def run(replay_id: str) -> dict:
             return {"replay": replay_id, "ran": False}  # waits for its team's running one, which starts it
         replay = db.session.get(Replay, replay_id)
         chunks = recover.chunks(replay, chunk) if replay.kind == ReplayKind.RECOVER else _dead_chunks(replay, chunk)
-        for restarted, moved in chunks:
+        for _, moved in chunks:
             progressed = db.session.execute(
                 update(Replay).where(Replay.id == replay_id, Replay.state == ReplayState.RUNNING)
                 .values(done=Replay.done + moved)).rowcount
             if not progressed:  # cancelled meanwhile: this chunk stays as it was
                 db.session.rollback()
                 return {"replay": replay_id, "ran": True, "cancelled": True}
-            db.session.commit()
-            subscription_service.enqueue_restarted(restarted)
+            db.session.commit()  # and the chunk's deliveries go to the workers (subscriptions.restart)
             if lanes.stopping.is_set():  # its worker stops: queued again, the next worker goes on from here
                 return {"replay": replay_id, "ran": True, "requeued": _requeue(replay_id)}
         return {"replay": replay_id, "ran": True, "state": _end(replay_id, ReplayState.FINISHED)}

@@ -68,26 +68,6 @@ class Status:
         return failure if recent or self.incidents else None
 
 
-# Error classes that need more words than their error's first part.
-ERROR_CLASS_WORDS = {"auth failed": "auth failed (no OAuth2 token)"}
-
-
-def error_class(status_code: int | None, error: str | None) -> str:
-    """What kind of failure an attempt was, in a few words: "HTTP 503 (server error)", "timeout",
-    "connection error"; the detail follows on the page."""
-    if status_code is not None:
-        kind = {4: "client error", 5: "server error", 3: "redirect"}.get(status_code // 100)
-        if status_code == 410:
-            kind = "gone"
-        elif status_code == 429:
-            kind = "rate limited"
-        return f"HTTP {status_code}" + (f" ({kind})" if kind else "")
-    if not error:
-        return "unknown error"
-    kind = error.split(":", 1)[0]
-    return ERROR_CLASS_WORDS.get(kind, kind)
-
-
 def last_failure(subscription_id: str) -> Attempt | None:
     """The latest failed attempt of a delivery still owed (retrying, held or dead), or None."""
     # The owed rows of one subscription (ix_deliveries_owed), newest change first: its latest failure.

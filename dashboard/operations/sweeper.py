@@ -26,6 +26,7 @@ from dashboard.models import Delivery, DeliveryState, Subscription, Subscription
 from dashboard.operations import autodisable, incidents, notifications, replays
 from dashboard.operations.retention import pruner_for
 from dashboard.queue import heartbeat
+from dashboard.queue.promoter import promote_forever
 from dashboard.queue.work import WorkQueue, work_item
 from dashboard.stats import folding
 from dashboard.subscriptions import listen_sessions, rotation
@@ -128,28 +129,6 @@ def cancel_for_deleted(now) -> int:
     cancelled = cancel_waiting(deleted, now)
     db.session.commit()
     return cancelled
-
-
-def promote_forever(app, stop: threading.Event, tick: float = 0.2) -> None:
-    """Move scheduled retries to the ready list as they come due (runs beside every worker).
-    Through a Redis outage it waits with backoff, saying so once when Redis goes and once when it is back."""
-    work = WorkQueue.for_app(app)
-    clock = app.config["CLOCK"]
-    wait, failing = tick, False
-    while not stop.wait(wait):
-        try:
-            work.promote_due(unix(clock.now()))
-        except REDIS_AWAY as error:
-            wait, failing = redis_outage.failed(error, "promoter"), True
-            continue
-        except Exception:  # noqa: BLE001 - a bug: log it, keep promoting
-            log.exception("promoting due retries failed; trying again")
-            wait = 5.0
-            continue
-        if failing:
-            redis_outage.succeeded("promoter")
-            work.kick()  # what waited in the ready list through the outage needs a drain
-        wait, failing = tick, False
 
 
 def sweep_forever(app, interval: float, stop: threading.Event | None = None) -> None:

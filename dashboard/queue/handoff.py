@@ -10,6 +10,10 @@ Nothing is lost by answering first: the deliveries are committed before their it
 and the sweeper enqueues any due delivery Redis does not hold (a process killed before its push, or
 Redis away). gunicorn starts the thread in each worker (`web.server.post_worker_init`); elsewhere (the
 test client, the CLI) `enqueue` pushes inline.
+
+Commit first, then enqueue, whoever stores work: code on the ORM session calls `enqueue_after_commit`,
+which hands the items over when that session commits (never for a rollback); ingest, which commits on a
+connection of its own, calls `enqueue` once its write has committed.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ import time
 
 import redis
 from flask import Flask, current_app
+from sqlalchemy import event as sa_event
+from sqlalchemy.orm import Session
 
 from dashboard.core import tracing
+from dashboard.core.extensions import db
 from dashboard.core.outages import REDIS_AWAY, redis_outage
 from dashboard.queue.work import WorkQueue
 
@@ -37,6 +44,7 @@ MAX_WAITING = 10_000
 # Under load, pushes are at least this far apart, so that each carries several requests' work: a push
 # costs nearly as much for one item as for ten. The first push after a quiet spell goes at once.
 PUSH_INTERVAL_SECONDS = 0.02
+_STAGED = "promesa_staged_work"  # the session's info key for work items waiting for its commit
 
 
 class HandOff:
@@ -120,6 +128,25 @@ def enqueue(items: list[str], team_id: int | None = None, modes: dict[str, str] 
         thread.put(items)
         return
     push_now(items)
+
+
+def enqueue_after_commit(items: list[str]) -> None:
+    """Hand these deliveries (work items) to the workers when the current session commits the transaction
+    that stores them, and never if it rolls back: a worker must not look for a row that is not there yet."""
+    if items:
+        db.session().info.setdefault(_STAGED, []).extend(items)
+
+
+@sa_event.listens_for(Session, "after_commit")
+def _enqueue_staged(session):
+    items = session.info.pop(_STAGED, None)
+    if items:
+        enqueue(items)
+
+
+@sa_event.listens_for(Session, "after_rollback")
+def _drop_staged(session):
+    session.info.pop(_STAGED, None)
 
 
 class RedisFull:

@@ -1,8 +1,8 @@
 """Lanes: an RQ queue of its own for each kind of job that is not a delivery, so that none of them
 ever holds a delivery worker or waits ahead of a delivery.
 
-- `checks`: receiver checks (`dashboard.subscriptions.checks.run`)
-- `repairs`: bulk replays and discards (`dashboard.operations.replays.run`)
+- `checks`: receiver checks (`dashboard.jobs.receiver_check`)
+- `repairs`: bulk replays and discards (`dashboard.jobs.replay`)
 
 `promesa worker` takes only the delivery queue (PROMESA_QUEUE); `promesa worker --lane <name>` takes only
 its lane's queue, `<PROMESA_QUEUE>-<name>`. A lane's concurrency is how many of its workers run; what

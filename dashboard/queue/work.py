@@ -17,7 +17,7 @@ Ready work is served fairly (docs/scheduler.md): a pop visits the teams in turn,
 equal part of what is asked, and within a team its subscriptions in turn; a team that empties leaves
 the ring, one that gets work joins its tail. A sink's deliveries belong to the system team: its own tenant.
 
-A drain job (`dashboard.delivery.jobs.drain`) empties the ready list in batches; at most
+A drain job (`dashboard.jobs.drain`) empties the ready list in batches; at most
 PROMESA_DRAINERS of them hold a slot at once, so a burst of ingests enqueues a few
 jobs, not one per event. While one drain is running, another starts only when the ready list
 holds more than a drain takes at once (SPARE_DRAIN_BACKLOG), or when the running ones have
@@ -471,7 +471,7 @@ class WorkQueue:
         """Enqueue the drain job for a slot just claimed; in a Redis past its maxmemory RQ cannot, and the
         slot is given back at once (the drains running free the room; the sweeper's next kick tries again)."""
         try:
-            self.rq.enqueue("dashboard.delivery.jobs.drain", token,
+            self.rq.enqueue("dashboard.jobs.drain", token,
                             job_timeout=int(self.drain_budget_seconds) + 300, result_ttl=0, failure_ttl=7 * 86400)
         except redis.exceptions.OutOfMemoryError:
             self.conn.zrem(self.drainers_key, token)

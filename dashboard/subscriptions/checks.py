@@ -38,7 +38,7 @@ from dashboard.core.clock import unix
 from dashboard.core.extensions import db
 from dashboard.core.links import absolute_for
 from dashboard.core.validation import ApiError
-from dashboard.delivery import http, oauth, tls
+from dashboard.delivery import failures, http, oauth, tls
 from dashboard.delivery.ratelimit import MAX_WAIT_SECONDS, RateLimiter
 from dashboard.models import Check, CheckState, Subscription, SubscriptionState, Team, previous_signs
 from dashboard.queue import lanes
@@ -142,7 +142,7 @@ def start(sub: Subscription) -> Check:
     link = contract_url(sub)
     db.session.commit()
     try:  # after the commit: the job must find its row
-        lanes.enqueue("checks", "dashboard.subscriptions.checks.run", check.id, link,
+        lanes.enqueue("checks", "dashboard.jobs.receiver_check", check.id, link,
                       job_id=f"check-{check.id}", job_timeout=JOB_TIMEOUT_SECONDS,
                       result_ttl=3600, failure_ttl=7 * 86400)
     except (redis.RedisError, OSError) as exc:  # finished, and saying why: never running forever
@@ -356,7 +356,7 @@ class Sender:
             attempt_timeout=min(timeout, left), excerpt_bytes=self.excerpt_bytes, allow_private=self.allow_private,
             ssl_context=self.ssl_context))
         outcome = result.outcome
-        timed_out = outcome.status_code is None and (outcome.error or "").startswith("timeout")
+        timed_out = outcome.status_code is None and (outcome.error or "").startswith(failures.TIMEOUT)
         if cut and timed_out:  # the check's time ran out, not the receiver's: this answer is not judged
             raise self.out_of_time()
         answer = rules.Answer(status=outcome.status_code, elapsed=result.duration_ms / 1000,

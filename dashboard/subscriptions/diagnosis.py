@@ -17,18 +17,12 @@ from sqlalchemy import select
 
 from dashboard.core.clock import iso
 from dashboard.core.extensions import db
-from dashboard.delivery.pull import LEASE_EXPIRED
+from dashboard.delivery.failures import cause
 from dashboard.models import Attempt, ConsumerState, Delivery, Subscription
 from dashboard.subscriptions import own_headers
 
 WINDOW = dt.timedelta(hours=24)
 MAX_ATTEMPTS = 2000  # the newest this many attempts of the window: enough to see a pattern, cheap to read
-
-_DNS = ("dns error", "name or service not known", "nodename nor servname", "no address associated", "name resolution",
-        "getaddrinfo", "resolves only to private addresses", "dns")
-_REFUSED = ("connect call failed", "connection refused", "errno 111", "private address refused")
-# Not "ssl" alone: every connection error says "ssl:default" or "ssl:True".
-_TLS = ("tls error", "certificate", "[ssl:", "sslerror", "sslcert", "ssl error", "handshake", "wrong version number")
 
 ADVICE = {
     "auth_failed": "Promesa could not get an OAuth2 access token from this subscription's token URL, so nothing "
@@ -88,45 +82,6 @@ LABELS = {
     "other": "Other error",
 }
 ORDER = tuple(LABELS)
-
-
-def cause(status_code: int | None, error: str | None) -> str | None:
-    """The cause of one attempt's failure, or None when it succeeded."""
-    if status_code is not None:
-        if 200 <= status_code < 300:
-            return None
-        if 300 <= status_code < 400:
-            return "redirect"
-        if status_code in (401, 403):
-            return "unauthorized"
-        named = {404: "not_found", 410: "gone", 413: "too_large", 429: "rate_limited"}
-        if status_code in named:
-            return named[status_code]
-        return "server_error" if status_code >= 500 else "client_error"
-    text = (error or "").lower()
-    if text.startswith("auth failed"):  # the token endpoint's failure, whatever it was (a timeout, a refusal)
-        return "auth_failed"
-    if text.startswith(LEASE_EXPIRED):  # a pull subscription's: its client never acknowledged
-        return "lease_expired"
-    if text.startswith("receiver:"):  # a pull subscription's client acknowledged a failure without a status
-        return "pull_reported"
-    if text.startswith("timeout") or "timed out" in text:
-        return "timeout"
-    if any(word in text for word in _TLS):
-        if "client certificate" in text:  # dashboard.delivery.tls.handshake_refusal: the receiver's alert
-            return "tls_client_certificate"
-        if "mismatch" in text or "doesn't match" in text or "not valid for" in text:
-            return "tls_name"
-        if "expired" in text:
-            return "tls_expired"
-        if "self-signed" in text or "self signed" in text or "unable to get local issuer" in text:
-            return "tls_self_signed"
-        return "tls"
-    if any(word in text for word in _DNS):
-        return "dns"
-    if any(word in text for word in _REFUSED):
-        return "refused"
-    return "other"
 
 
 @dataclass

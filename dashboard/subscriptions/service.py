@@ -30,7 +30,7 @@ from dashboard.models import (
     delivering_state,
     held_values,
 )
-from dashboard.queue.handoff import enqueue
+from dashboard.queue.handoff import enqueue_after_commit
 from dashboard.queue.work import work_item
 from dashboard.schemas import EventInput, SubscriptionEdit, SubscriptionInput
 from dashboard.stats import outcomes
@@ -234,8 +234,8 @@ def _release(sub: Subscription, action: str, detail: dict | None = None) -> int:
         .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
         .returning(Delivery.id)).all()
     audit.record(action, subscription=sub, deliveries=len(ids), detail=detail)
+    enqueue_after_commit([work_item(sub.id, i) for i in ids])
     db.session.commit()
-    enqueue([work_item(sub.id, i) for i in ids])
     return len(ids)
 
 
@@ -266,7 +266,8 @@ def restart(*where, replay_id: str | None = None) -> list[tuple[str, str, str]]:
     """The mechanics of every replay: send the deliveries matching `where` again with a fresh retry
     schedule (the event id and body stay the same). Each becomes pending, or held while its
     subscription (or its consumer) is paused or disabled. `replay_id` names the bulk replay doing it (None: a direct one).
-    Returns (subscription id, delivery id, new state) of each; the caller commits, then `enqueue_restarted`."""
+    Returns (subscription id, delivery id, new state) of each; those now pending go to the workers when the
+    caller commits."""
     now = current_app.config["CLOCK"].now()
     subscriptions, consumers = Subscription.__table__, Consumer.__table__
     subscription_state = select(delivering_state(subscriptions, consumers)) \
@@ -283,13 +284,9 @@ def restart(*where, replay_id: str | None = None) -> list[tuple[str, str, str]]:
                 dead_lettered_at=None, succeeded_at=None, lease_token=None, lease_expires_at=None)
         .returning(Delivery.subscription_id, Delivery.id, Delivery.state)
         .execution_options(synchronize_session=False)).all()
+    enqueue_after_commit([work_item(sub_id, delivery_id) for sub_id, delivery_id, state in rows
+                          if state == DeliveryState.PENDING])
     return [tuple(r) for r in rows]
-
-
-def enqueue_restarted(restarted: list[tuple[str, str, str]]) -> None:
-    """After the commit: hand the restarted deliveries that are due now to the workers."""
-    enqueue([work_item(sub_id, delivery_id) for sub_id, delivery_id, state in restarted
-             if state == DeliveryState.PENDING])
 
 
 def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
@@ -303,7 +300,6 @@ def replay(sub: Subscription, delivery_ids: list[str] | None = None) -> int:
     audit.record("deliveries.replayed", subscription=sub, deliveries=len(restarted),
                  detail={"delivery_ids": delivery_ids[:20]} if delivery_ids else {"which": "all dead letters"})
     db.session.commit()
-    enqueue_restarted(restarted)
     return len(restarted)
 
 

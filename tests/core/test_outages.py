@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import func, select
 
-from dashboard.ingest import accept as ingest_module
+from dashboard.ingest import writing as event_writing
 from dashboard.ingest import autocommit
 from dashboard.core.extensions import db
 from dashboard.models import Attempt, Delivery
@@ -195,7 +195,7 @@ def test_an_ingest_write_whose_connection_dies_stores_the_event_once_and_answers
     if not database_url.startswith("postgresql"):
         pytest.skip("a PostgreSQL fault")
     producer.subscribe(receiver.url + "/ok")
-    real_insert, lost = ingest_module.insert_events, []
+    real_insert, lost = event_writing.insert_events, []
 
     def insert_then_lose_the_connection(*args):
         if not lost:
@@ -206,7 +206,7 @@ def test_an_ingest_write_whose_connection_dies_stores_the_event_once_and_answers
             lost.append(_terminate_backend(pid, database_url))  # the write meets the dead connection
         real_insert(*args)
 
-    monkeypatch.setattr(ingest_module, "insert_events", insert_then_lose_the_connection)
+    monkeypatch.setattr(event_writing, "insert_events", insert_then_lose_the_connection)
     db.session.commit()  # the test's own session holds no transaction, as a web process's does not
     resp = producer.post("/api/v1/events", {"id": "evt_once", "type": "file.updated", "data": {"resource_id": "f_1"}})
     assert lost == [True]

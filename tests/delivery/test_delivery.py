@@ -299,8 +299,8 @@ def test_a_delivery_is_never_claimed_twice(app, producer, receiver, clock):
     accepted = producer.publish()
     d = delivery_of(accepted["id"])
     work = WorkQueue.for_app(app)
-    first, _ = DeliveryEngine(app, work, clock).claim([d.id])
-    second, _ = DeliveryEngine(app, work, clock).claim([d.id])
+    first, _ = DeliveryEngine(app, work, clock).ledger.claim([d.id])
+    second, _ = DeliveryEngine(app, work, clock).ledger.claim([d.id])
     assert len(first) == 1 and second == []
 
 
@@ -313,7 +313,7 @@ def test_waiting_work_is_sent_while_the_next_claim_is_under_way(app, producer, r
     for _ in range(12):
         producer.publish()
     engine = DeliveryEngine(app, WorkQueue.for_app(app), clock)
-    claim, received_during_claims = engine.claim, []
+    claim, received_during_claims = engine.ledger.claim, []
 
     def claim_that_waits_for_the_first_batch(ids):
         if received_during_claims:  # the second claim: hold it until the first six have arrived
@@ -322,7 +322,7 @@ def test_waiting_work_is_sent_while_the_next_claim_is_under_way(app, producer, r
         received_during_claims.append(len(receiver.requests))
         return claim(ids)
 
-    engine.claim = claim_that_waits_for_the_first_batch
+    engine.ledger.claim = claim_that_waits_for_the_first_batch
     assert engine.drain(None, 20).succeeded == 12
     assert received_during_claims == [0, 6]
 
@@ -398,8 +398,8 @@ def test_a_pop_that_fills_the_in_flight_slots_is_followed_at_once(app, producer,
     producer.subscribe(receiver.url + "/ok")
     for _ in range(12):
         producer.publish()
+    app.config["PROMESA_MAX_IN_FLIGHT"] = 4
     engine = DeliveryEngine(app, WorkQueue.for_app(app), clock)
-    engine.max_in_flight = 4
     started = time.monotonic()
     stats = engine.drain(None, 30, linger_seconds=0.2)
     assert stats.succeeded == 12 and receiver.count("/ok") == 12
@@ -416,7 +416,7 @@ def test_the_claim_finds_its_rows_by_primary_key_when_statistics_are_stale(app, 
         pytest.skip("a PostgreSQL planner question")
     from sqlalchemy import text
 
-    from dashboard.delivery.engine import _CLAIM_AND_LOAD
+    from dashboard.delivery.ledger import _CLAIM_AND_LOAD
     from dashboard.ingest.accept import ingest_many
     from dashboard.schemas import EventInput
 
@@ -453,7 +453,7 @@ def test_a_claim_on_postgresql_is_one_statement_in_autocommit(app, producer, rec
 
     event.listen(engine.db_engine, "before_cursor_execute", record)
     try:
-        claimed, token = engine.claim([delivery_id])
+        claimed, token = engine.ledger.claim([delivery_id])
     finally:
         event.remove(engine.db_engine, "before_cursor_execute", record)
     assert [c.event_id for c in claimed] == [accepted["id"]] and token
@@ -465,7 +465,7 @@ def test_a_claim_on_postgresql_is_one_statement_in_autocommit(app, producer, rec
 def test_a_claim_sets_only_columns_no_index_holds():
     """PostgreSQL writes an UPDATE that changes no indexed column as a heap-only tuple in the
     page's free room (deliveries keep 30 % free): a claim then adds no index entries at all."""
-    from dashboard.delivery.engine import _CLAIM
+    from dashboard.delivery.ledger import _CLAIM
 
     set_clause = str(_CLAIM.compile()).split(" SET ", 1)[1].split(" WHERE ", 1)[0]
     claimed = {assignment.split("=", 1)[0].strip() for assignment in set_clause.split(",")}

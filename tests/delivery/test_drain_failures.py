@@ -8,7 +8,7 @@ import json
 import pytest
 from sqlalchemy import func, select
 
-from dashboard.delivery import engine as engine_module
+from dashboard.delivery import pacing
 from dashboard.delivery.engine import DeliveryEngine
 from dashboard.core.extensions import db
 from dashboard.models import Attempt, Delivery, Event, Subscription
@@ -27,7 +27,7 @@ def test_a_failed_drain_records_what_it_sent_and_releases_the_rest_at_once(app, 
     app.config["PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION"] = 2  # two on the wire, the rest claimed and waiting
     # On a loaded machine the loop can come round late enough for the slow endpoint to look saturated, and
     # pacing would hand some of the eight back to the scheduled set before the failure: not this test's subject.
-    monkeypatch.setattr(engine_module, "WAIT_TARGET_SECONDS", 3600.0)
+    monkeypatch.setattr(pacing, "WAIT_TARGET_SECONDS", 3600.0)
     producer.subscribe(receiver.url + "/slow/0.3")
     ids = [producer.publish("file.updated", {"n": n})["id"] for n in range(10)]
     work = WorkQueue.for_app(app)
@@ -80,13 +80,14 @@ def test_a_delivery_that_fails_after_its_subscription_was_paused_is_held(app, pr
     accepted = producer.publish()
     work = WorkQueue.for_app(app)
     engine = DeliveryEngine(app, work, clock)
-    [item], token = engine.claim([d for d in db.session.scalars(select(Delivery.id))])  # in flight ...
+    [item], token = engine.ledger.claim([d for d in db.session.scalars(select(Delivery.id))])  # in flight ...
     assert producer.post(f"/api/v1/subscriptions/{sub['id']}/pause").status_code == 200  # ... paused meanwhile
     from dashboard.delivery import http
-    from dashboard.delivery.engine import DrainStats
+    from dashboard.delivery.ledger import DrainStats, Finished
     from dashboard.delivery.policies import Outcome
 
-    engine.record([(item, token, clock.now(), http.AttemptResult(Outcome(status_code=503), 5, "busy"))], DrainStats())
+    engine.ledger.record([Finished(item, token, clock.now(), http.AttemptResult(Outcome(status_code=503), 5, "busy"))],
+                         DrainStats())
     db.session.expire_all()
     delivery = db.session.scalar(select(Delivery).join(Event).where(Event.id == accepted["id"]))
     assert delivery.state == "held" and delivery.attempt_count == 1 and delivery.lease_token is None
@@ -101,11 +102,10 @@ def test_a_drain_renews_the_leases_of_what_it_holds(app, producer, receiver, mon
     import time
 
     from dashboard.core.clock import SystemClock
-    from dashboard.delivery import engine as engine_module
 
     clock = SystemClock()  # leases run out on real time here
     app.config.update(CLOCK=clock, PROMESA_LEASE_SECONDS=2, PROMESA_MAX_IN_FLIGHT_PER_SUBSCRIPTION=1)
-    monkeypatch.setattr(engine_module, "WAIT_TARGET_SECONDS", 30.0)  # keep all six waiting here, none handed back
+    monkeypatch.setattr(pacing, "WAIT_TARGET_SECONDS", 30.0)  # keep all six waiting here, none handed back
     producer.subscribe(receiver.url + "/slow/0.5")
     ids = [producer.publish("file.updated", {"n": n})["id"] for n in range(6)]  # 3 s of work, one at a time
     work = WorkQueue.for_app(app)
@@ -119,7 +119,7 @@ def test_a_drain_renews_the_leases_of_what_it_holds(app, producer, receiver, mon
     assert receiver.wait_for(6, timeout=15)  # the last ones started after their 2 s lease would have run out
     time.sleep(0.25)  # the last one is in flight (0.5 s), 2.75 s after the claim that leased it for 2
     delivery_ids = db.session.scalars(select(Delivery.id)).all()
-    stolen, _ = DeliveryEngine(app, work, clock).claim(delivery_ids)
+    stolen, _ = DeliveryEngine(app, work, clock).ledger.claim(delivery_ids)
     drain.join(timeout=20)
     assert stolen == []  # still leased: renewed while they waited
     assert sorted(json.loads(r.body)["id"] for r in receiver.requests) == sorted(ids)  # all six, each once
@@ -131,7 +131,7 @@ def test_a_write_under_a_lease_that_ran_out_and_was_taken_over_is_refused(app, p
     worker has since claimed one of those deliveries and attempted it. The late write records only what
     still carries its lease, so no delivery has two attempts with one number, nor is settled twice."""
     from dashboard.delivery import http
-    from dashboard.delivery.engine import DrainStats
+    from dashboard.delivery.ledger import DrainStats, Finished
     from dashboard.delivery.policies import Outcome
 
     producer.subscribe(receiver.url + "/ok")
@@ -140,16 +140,17 @@ def test_a_write_under_a_lease_that_ran_out_and_was_taken_over_is_refused(app, p
     work = WorkQueue.for_app(app)
     cut_off, other = DeliveryEngine(app, work, clock), DeliveryEngine(app, work, clock)
     ids = db.session.scalars(select(Delivery.id).order_by(Delivery.id)).all()
-    sent, stale_token = cut_off.claim(ids)
+    sent, stale_token = cut_off.ledger.claim(ids)
     clock.advance(seconds=cut_off.lease_seconds + 1)
-    taken_over, token = other.claim(ids[:1])
+    taken_over, token = other.ledger.claim(ids[:1])
     assert [item.delivery_id for item in taken_over] == ids[:1]
 
     def answered(items, token):
-        return [(item, token, clock.now(), http.AttemptResult(Outcome(status_code=200), 5, None)) for item in items]
+        return [Finished(item, token, clock.now(), http.AttemptResult(Outcome(status_code=200), 5, None))
+                for item in items]
 
-    other.record(answered(taken_over, token), DrainStats())
-    cut_off.record(answered(sent, stale_token), DrainStats())
+    other.ledger.record(answered(taken_over, token), DrainStats())
+    cut_off.ledger.record(answered(sent, stale_token), DrainStats())
 
     db.session.expire_all()
     assert sorted(db.session.execute(select(Attempt.delivery_id, Attempt.number)).all()) == [(ids[0], 1), (ids[1], 1)]

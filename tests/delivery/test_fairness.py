@@ -77,7 +77,7 @@ FAST_CONSUMERS, FAST_EVENTS = 3, 5
 
 def test_one_consumers_hanging_endpoint_does_not_slow_the_same_teams_other_consumers(app, producer, receiver, clock):
     """Issue 37: consumers are subscriptions' owners inside one team, and the drain shares a team's slots between
-    its waiting subscriptions in turn (engine _Drain.may_start). Consumer "stuck" has an endpoint that hangs past its
+    its waiting subscriptions in turn (fair_shares.FairShares.may_start). Consumer "stuck" has an endpoint that hangs past its
     timeout, allowed the whole worker, and a backlog of 40; three other consumers have 5 events each. In the same
     drain every one of theirs is delivered, and before the stuck endpoint's first round of requests is over: at
     most one worker's slots of its requests reach it before the others' last one (without the share, the 40 would
@@ -112,7 +112,7 @@ def test_one_consumers_hanging_endpoint_does_not_slow_the_same_teams_other_consu
 
 
 # A consumer whose first event comes while another consumer of its team holds every slot with slow requests is
-# popped and started beside them, as a newcomer team would be (engine _Drain.concentrated_teams, may_start).
+# popped and started beside them, as a newcomer team would be (fair_shares.FairShares.concentrated_teams, may_start).
 def test_a_consumer_arriving_while_another_of_its_team_holds_every_slot_is_not_held_back(
         app, producer, receiver, clock):
     from dashboard.delivery.engine import DeliveryEngine

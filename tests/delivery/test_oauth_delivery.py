@@ -16,7 +16,7 @@ from dashboard.core.extensions import db
 from dashboard.delivery import oauth
 from dashboard.delivery.engine import DeliveryEngine
 from dashboard.models import Attempt, Delivery
-from dashboard.operations.subscription_status import error_class
+from dashboard.delivery.failures import words
 from dashboard.queue.work import WorkQueue
 from tests.support.token_server import BearerReceiver, TokenServer
 
@@ -130,7 +130,7 @@ def test_a_failing_token_endpoint_gives_auth_failed_attempts_and_their_diagnosis
         assert states(sub["id"]) == {"scheduled": 3}  # a failed attempt: retried with backoff
         attempts = db.session.scalars(select(Attempt)).all()
         assert len(attempts) == 3 and all(a.error.startswith(error) and a.status_code is None for a in attempts)
-        assert error_class(None, attempts[0].error) == "auth failed (no OAuth2 token)"
+        assert words(None, attempts[0].error) == "auth failed (no OAuth2 token)"
 
         diagnosis = producer.get(f"/api/v1/subscriptions/{sub['id']}/diagnosis").get_json()
         [group] = diagnosis["groups"]

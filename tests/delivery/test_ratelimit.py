@@ -85,7 +85,7 @@ def test_a_throttled_delivery_waits_its_turn_and_is_not_an_attempt(app, producer
     drain_once(app, clock, engine)
     assert receiver.count() == 1
     if engine is not None:  # it now throttles before claiming: the waiting work never touches the database
-        assert engine.rate_limits == {sub["id"]: 2.0}
+        assert engine.pacing.rate_limits == {sub["id"]: 2.0}
     db.session.expire_all()
     assert sorted(waiting_rows(sub["id"])) == [("pending", 0, None)] * 4  # no attempt, no failure
     assert db.session.scalar(select(func.count()).select_from(Attempt)) == 1

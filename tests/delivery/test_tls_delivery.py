@@ -14,11 +14,10 @@ import pytest
 from sqlalchemy import select
 
 from dashboard.core.extensions import db
-from dashboard.delivery import http, tls
+from dashboard.delivery import failures, http, tls
 from dashboard.delivery.engine import DeliveryEngine
 from dashboard.models import Attempt, Delivery
 from dashboard.queue.work import WorkQueue
-from dashboard.subscriptions import diagnosis
 from tests.support.client_tls import CertificateAuthority, MtlsReceiver
 from tests.support.pipeline import deliver_due, run_worker
 
@@ -79,7 +78,7 @@ def test_none_another_authoritys_or_another_subscriptions_certificate_is_refused
     # connection it closed as the request was written.
     assert refused.status_code is None and refused.error.startswith("TLS error: the receiver "), refused.error
     assert "client certificate" in refused.error
-    assert diagnosis.cause(None, refused.error) == "tls_client_certificate"
+    assert failures.cause(None, refused.error) == "tls_client_certificate"
     [forbidden] = attempts(borrowed["id"])
     assert forbidden.status_code == 403
     assert states(strangers["id"]) == states(borrowed["id"]) == ["scheduled"]

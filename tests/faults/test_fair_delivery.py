@@ -165,8 +165,8 @@ def test_slow_or_hanging_endpoints_of_one_team_do_not_slow_another(stack):
 def test_one_consumers_slow_endpoint_does_not_slow_the_same_teams_other_consumers(stack):
     """Issue 37, inside one team: consumer "stuck" has an endpoint answering after 6 s, at the highest
     max_in_flight, with 300 events waiting; once its requests fill a worker, the same team's consumer "fine"
-    publishes B_EVENTS single events. The team's slots are shared between its waiting subscriptions (engine
-    _Drain.may_start), so "fine" waits for none of "stuck"'s backlog."""
+    publishes B_EVENTS single events. The team's slots are shared between its waiting subscriptions
+    (fair_shares.FairShares.may_start), so "fine" waits for none of "stuck"'s backlog."""
     stack.start()
     alpha = Producer(stack.app.test_client(), "alpha-consumers")
     alpha.put_consumer("stuck")

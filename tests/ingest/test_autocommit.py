@@ -178,7 +178,7 @@ def test_one_statement_inserts_store_every_value_and_refuse_one_too_long(app, pr
 
     from sqlalchemy.exc import DataError
 
-    from dashboard.ingest.accept import insert_rows
+    from dashboard.ingest.writing import insert_rows
 
     now = clock.now()
     same = {"team_id": producer.team.id, "idempotency_key": None, "created_at": now}

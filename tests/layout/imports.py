@@ -11,7 +11,7 @@ PACKAGES = ("dashboard", "promesa_bench")
 # Each area may import only from areas of a lower rank (and from its own).
 RANKS = {
     "core": 0, "models": 1, "queue": 2, "stats": 2, "schemas": 3, "audit": 3, "ingest": 4, "delivery": 4,
-    "consumers": 5, "subscriptions": 6, "accounts": 6, "operations": 7, "web": 8, "app": 9, "cli": 10,
+    "consumers": 5, "subscriptions": 6, "accounts": 6, "operations": 7, "jobs": 8, "web": 8, "app": 9, "cli": 10,
 }
 # Areas of one rank that must not meet directly.
 APART = {frozenset({"ingest", "delivery"})}

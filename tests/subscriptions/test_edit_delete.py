@@ -101,7 +101,8 @@ def test_delete_cancels_what_waits_keeps_the_history_and_sends_nothing_more(app,
 @sqlite_only
 def test_a_delivery_in_flight_when_deleted_ends_cancelled_not_retried(app, producer, receiver, clock):
     from dashboard.delivery import http
-    from dashboard.delivery.engine import DeliveryEngine, DrainStats
+    from dashboard.delivery.engine import DeliveryEngine
+    from dashboard.delivery.ledger import DrainStats, Finished
     from dashboard.delivery.policies import Outcome
     from dashboard.queue.work import WorkQueue, split_item
 
@@ -110,10 +111,11 @@ def test_a_delivery_in_flight_when_deleted_ends_cancelled_not_retried(app, produ
     work = WorkQueue.for_app(app)
     engine = DeliveryEngine(app, work, clock)
     [item] = work.pop_ready(10)
-    claimed, token = engine.claim([split_item(item)[1]])  # a worker holds it ...
+    claimed, token = engine.ledger.claim([split_item(item)[1]])  # a worker holds it ...
     producer.client.delete(f"/api/v1/subscriptions/{sub['id']}", headers=producer.headers())
-    engine.record([(claimed[0], token, clock.now(), http.AttemptResult(Outcome(status_code=503), 5, "no"))],
-                  DrainStats())  # ... and its attempt comes back after the delete
+    engine.ledger.record([Finished(claimed[0], token, clock.now(),
+                                   http.AttemptResult(Outcome(status_code=503), 5, "no"))],
+                         DrainStats())  # ... and its attempt comes back after the delete
     db.session.expire_all()
     delivery = db.session.scalar(select(Delivery))
     assert delivery.state == DeliveryState.CANCELLED and delivery.next_attempt_at is None

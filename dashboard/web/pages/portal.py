@@ -18,6 +18,7 @@ from sqlalchemy import select
 from dashboard.accounts import access
 from dashboard.consumers import portal as portal_service
 from dashboard.core.extensions import db
+from dashboard.delivery import failures
 from dashboard.models import Consumer, PortalLink, Subscription, Team
 from dashboard.operations import replays as replay_service
 from dashboard.operations import subscription_status
@@ -94,7 +95,7 @@ def home():
     # A consumer has a few endpoints (subscriptions_per_consumer): each one's last error is one indexed read.
     last_failures = {r.sub.id: subscription_status.last_failure(r.sub.id) for r in rows}
     return render_template("portal/home.html", consumer=consumer, rows=rows, now=now, last_failures=last_failures,
-                           error_class=subscription_status.error_class,
+                           error_class=failures.words,
                            failed_checks=check_service.latest_failed([r.sub.id for r in rows]),
                            dead_letters=dead_letters, dead_count=replay_service.count(where))
 

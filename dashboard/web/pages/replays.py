@@ -11,6 +11,7 @@ from flask_login import current_user, login_required
 from dashboard.accounts import access
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
+from dashboard.delivery import failures
 from dashboard.models import ConsumerState, Replay, ReplayKind, ReplayState, Subscription, SubscriptionState
 from dashboard.operations import recover
 from dashboard.operations import replays as replay_service
@@ -66,7 +67,7 @@ def failing_note(st: subscription_status.Status, now: dt.datetime) -> str | None
     failure = st.failing_now(now)
     if failure is None:
         return None
-    what = subscription_status.error_class(failure.status_code, failure.error)
+    what = failures.words(failure.status_code, failure.error)
     opened = ", and an incident about it is open" if st.incidents else ""
     return (f"its last attempt failed {age(failure.attempted_at, now)} ago with {what}{opened}: "
             "these will likely fail again and return to the dead letters")

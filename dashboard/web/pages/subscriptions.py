@@ -12,6 +12,7 @@ from sqlalchemy import select
 from dashboard.accounts import access
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, parse_time
+from dashboard.delivery import failures
 from dashboard.models import AuditEntry, Delivery, DeliveryState, ReplayKind, Subscription, SubscriptionState, Team
 from dashboard.operations import replays as replay_service
 from dashboard.operations import subscription_status
@@ -121,7 +122,7 @@ def subscription(subscription_id):
                            state=filters["state"], next_before=next_before, buckets=buckets, latency=lat,
                            latency_cut=latency_cut, window=window, windows=WINDOWS, audit_entries=entries,
                            status=status, replay_warning=failing_note(status, now), now=now,
-                           error_class=subscription_status.error_class,
+                           error_class=failures.words,
                            can_operate=access.can_operate(current_user, sub))
 
 
