@@ -91,15 +91,15 @@ def _by_ids(array: bool):
 # no index matches. On a queue table the statistics are always stale (rows turn due and settled by
 # the thousand between ANALYZEs), and a plan through ix_deliveries_due reads every due row for each claim.
 # Plain equalities, not IN (...): a constant IN list is an expanding parameter, rendered anew at every
-# execution (with its casts).
-_DUE_STATE = or_(*(DELIVERIES.c.state == state for state in DeliveryState.DUE))
+# execution (with its casts). Pull delivery's statements use it too.
+DUE_STATE = or_(*(DELIVERIES.c.state == state for state in DeliveryState.DUE))
 
 
 def _claim(array: bool):
     return (
         update(DELIVERIES)
         .where(_by_ids(array),
-               and_(_DUE_STATE, DELIVERIES.c.next_attempt_at <= bindparam("now"),
+               and_(DUE_STATE, DELIVERIES.c.next_attempt_at <= bindparam("now"),
                     or_(DELIVERIES.c.lease_expires_at.is_(None),
                         DELIVERIES.c.lease_expires_at < bindparam("now"))).is_(True))
         .values(lease_token=bindparam("token"), lease_expires_at=bindparam("until"))

@@ -18,14 +18,22 @@ import uuid
 from dataclasses import dataclass
 
 from flask import current_app
-from sqlalchemy import bindparam, case, func, or_, select, update
+from sqlalchemy import bindparam, case, func, select, update
 
 from dashboard.core.clock import unix
 from dashboard.core.validation import ApiError
 from dashboard.delivery import http
 from dashboard.delivery.engine import DeliveryEngine
 from dashboard.delivery.failures import LEASE_EXPIRED, REPORTED
-from dashboard.delivery.ledger import DELIVERIES, SUBSCRIPTIONS, DrainStats, Finished, claim_statement, load
+from dashboard.delivery.ledger import (
+    DELIVERIES,
+    DUE_STATE,
+    SUBSCRIPTIONS,
+    DrainStats,
+    Finished,
+    claim_statement,
+    load,
+)
 from dashboard.delivery.policies import Outcome
 from dashboard.models import (
     ConsumerState,
@@ -55,11 +63,10 @@ PUSH_ONLY = {
     "check": "the receiver check POSTs to a URL",
 }
 
-_DUE = or_(*(DELIVERIES.c.state == state for state in DeliveryState.DUE))
 _PULL_SUBSCRIPTIONS = select(SUBSCRIPTIONS.c.id).where(SUBSCRIPTIONS.c.mode == SubscriptionMode.PULL)
 # Candidates, oldest due first (ix_deliveries_owed); the claim below decides who gets each.
 _CANDIDATES = (select(DELIVERIES.c.id)
-               .where(DELIVERIES.c.subscription_id == bindparam("subscription_id"), _DUE,
+               .where(DELIVERIES.c.subscription_id == bindparam("subscription_id"), DUE_STATE,
                       DELIVERIES.c.next_attempt_at <= bindparam("now"), DELIVERIES.c.lease_token.is_(None))
                .order_by(DELIVERIES.c.next_attempt_at, DELIVERIES.c.id).limit(bindparam("limit")))
 # The engine's claim, and never a lease that ran out unrecorded (expire_leases records it first); the pull's
@@ -68,7 +75,8 @@ _LEASE = claim_statement().where(DELIVERIES.c.lease_token.is_(None)) \
     .values(updated_at=bindparam("now")).returning(DELIVERIES.c.id)
 # Leases that ran out unacked, taken over by a fresh token (so only one recorder writes each one's attempt).
 _TAKE_EXPIRED = (update(DELIVERIES)
-                 .where(DELIVERIES.c.lease_token.is_not(None), DELIVERIES.c.lease_expires_at < bindparam("now"), _DUE)
+                 .where(DELIVERIES.c.lease_token.is_not(None), DELIVERIES.c.lease_expires_at < bindparam("now"),
+                        DUE_STATE)
                  .values(lease_token=bindparam("token"))
                  .returning(DELIVERIES.c.id, DELIVERIES.c.updated_at, DELIVERIES.c.lease_expires_at))
 # Acked leases, taken over by a fresh token while still live: an ack recorded twice (or after the lease ran
@@ -86,7 +94,7 @@ _LEASED = select(DELIVERIES.c.id, DELIVERIES.c.attempt_count, DELIVERIES.c.lease
 # When this subscription next has a delivery to hand out: a due one's next attempt, or a lease's end.
 _NEXT_DUE = select(func.min(case((DELIVERIES.c.lease_token.is_(None), DELIVERIES.c.next_attempt_at),
                                  else_=DELIVERIES.c.lease_expires_at))) \
-    .where(DELIVERIES.c.subscription_id == bindparam("subscription_id"), _DUE)
+    .where(DELIVERIES.c.subscription_id == bindparam("subscription_id"), DUE_STATE)
 _AFTER = select(DELIVERIES.c.id, DELIVERIES.c.state, DELIVERIES.c.next_attempt_at) \
     .where(DELIVERIES.c.id.in_(bindparam("ids", expanding=True)))
 
