@@ -15,13 +15,13 @@ import hashlib
 import json
 
 from flask import current_app
-from sqlalchemy import func, insert, or_, select, tuple_
+from sqlalchemy import func, or_, select, tuple_
 
 from dashboard.core import filters
 from dashboard.core.extensions import db
-from dashboard.core.ids import new_ids
 from dashboard.core.validation import parse_time
 from dashboard.ingest.accept import wants
+from dashboard.ingest.writing import Promised, delivery_rows, insert_rows, new_delivery_values
 from dashboard.models import (
     Consumer,
     ConsumerState,
@@ -33,7 +33,6 @@ from dashboard.models import (
     SubscriptionState,
 )
 from dashboard.queue.handoff import enqueue_after_commit
-from dashboard.queue.work import work_item
 from dashboard.subscriptions import service as subscription_service
 
 
@@ -143,13 +142,9 @@ def _deliveries_for(sub: Subscription, event_keys: list[str], replay_id: str) ->
         return []
     consumer = db.session.get(Consumer, sub.consumer_id, populate_existing=True)
     active = sub.state == SubscriptionState.ACTIVE and consumer.state == ConsumerState.ACTIVE
-    state = DeliveryState.PENDING if active else DeliveryState.HELD
     now = current_app.config["CLOCK"].now()
-    ids = new_ids("dlv", len(missing))
-    db.session.execute(insert(Delivery), [
-        {"id": delivery_id, "event_key": key, "subscription_id": sub.id, "state": state, "attempt_count": 0,
-         "retry_base": 0, "schedule_started_at": now, "next_attempt_at": now, "created_at": now, "updated_at": now,
-         "replay_id": replay_id} for delivery_id, key in zip(ids, missing)])
-    if active:
-        enqueue_after_commit([work_item(sub.id, delivery_id) for delivery_id in ids])
-    return [(sub.id, delivery_id, state) for delivery_id in ids]
+    rows, ready = delivery_rows([Promised(key, sub.id, active) for key in missing])
+    insert_rows(Delivery.__table__, rows, same=new_delivery_values(now) | {"schedule_started_at": now,
+                                                                           "replay_id": replay_id})
+    enqueue_after_commit(ready)
+    return [(sub.id, row["id"], row["state"]) for row in rows]
