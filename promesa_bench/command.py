@@ -16,6 +16,7 @@ from promesa_bench import pages as bench_pages
 from promesa_bench.baseline import baseline_table
 from promesa_bench.consumers import consumers_command
 from promesa_bench.cpu import CpuWindow, drift, drifted
+from promesa_bench.drain_cpu import drain_cpu_command
 from promesa_bench.filters import filters_command
 from promesa_bench.harness import (
     BUSY_ENOUGH,
@@ -171,15 +172,18 @@ def _stop_children_on_sigterm() -> None:
 @click.option("--long-poll", "long_poll", type=click.IntRange(min=1), default=None, metavar="N",
               help="instead: N pulls long-polling one web process (a subscription each), its threads, memory and an "
                    "API read meanwhile, then min(--events, N) events one at a time: 202 to the waiting pull's answer")
+@click.option("--drain-cpu", "drain_cpu", is_flag=True,
+              help="instead: one drain in this process, --rounds rounds of --events events to one endpoint, and its "
+                   "own CPU per delivery (the engine's Python, apart from the machine's other work)")
 @click.option("--pullers", default=2, show_default=True, help="with --pull: concurrent pull-and-ack loops")
 @click.option("--rounds", default=3, show_default=True,
-              help="with --consumers, --filters or --pull: rounds of each kind")
+              help="with --consumers, --filters, --pull or --drain-cpu: rounds of each kind")
 @click.option("--keep", is_flag=True, help="keep the temporary folder and the run's database rows")
 @click.option("--json", "as_json", is_flag=True, help="also print the result as one JSON object on the last line")
 def bench_command(events, workers, receivers, healthy, rate, publishers, batch, web_workers, preload, replay, dashboard,
                   dashboard_attempts, dashboard_consumers, no_raw, rate_limit, no_ingest_baseline, ingest_alone, prune_rows, scale,
                   scale_settled, scale_due, plot, slow_seconds, timeout, history, soak, soak_prune_rows, soak_minute_seconds, access_log,
-                  consumers, with_filters, with_pull, long_poll, pullers, rounds, keep, as_json):
+                  consumers, with_filters, with_pull, long_poll, drain_cpu, pullers, rounds, keep, as_json):
     """Deliveries/s, publish->receive latency and a raw HTTP baseline, measured in one run."""
     slow = _parse_receivers(receivers)
     if events < 1 or workers < 1 or healthy < 1 or publishers < 1 or pullers < 1 or not 1 <= batch <= 500 \
@@ -197,6 +201,8 @@ def bench_command(events, workers, receivers, healthy, rate, publishers, batch, 
     if with_filters:
         return filters_command(events, rounds, healthy, workers, web_workers, publishers, slow_seconds, keep, as_json,
                                log)
+    if drain_cpu:
+        return drain_cpu_command(events, rounds, publishers, slow_seconds, timeout, keep, as_json, log)
     if long_poll:
         return long_poll_command(long_poll, events, timeout, keep, as_json, log)
     if with_pull:

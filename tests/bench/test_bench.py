@@ -254,3 +254,21 @@ def test_a_bench_ended_by_sigterm_stops_every_process_it_started(tmp_path):
     finally:
         if bench.poll() is None:
             bench.kill()
+
+
+@pytest.mark.slow
+def test_the_drain_cpu_run_drains_every_delivery_in_its_own_process(tmp_path):
+    """`--drain-cpu`: the workers never start, this process's drain delivers every event, and each round says
+    its CPU per delivery."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["PROMESA_INSTANCE_PATH"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "dashboard.cli", "bench", "--drain-cpu", "--events", "300", "--rounds", "2",
+         "--timeout", "60", "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["complete"] is True and len(result["rounds"]) == 2
+    assert all(r["accepted"] == r["delivered"] == 300 and r["cpu_ms_per_delivery"] > 0 for r in result["rounds"])
+    assert "workers ready" not in done.stderr  # no worker took any of it
+    assert result["cpu_ms_per_delivery_median"] > 0
