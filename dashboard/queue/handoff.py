@@ -4,7 +4,9 @@ A request that stored events puts their work items on an in-process queue and an
 thread per process pushes whatever has gathered in a single Redis call, at most one push every
 PUSH_INTERVAL_SECONDS. Under load several requests' items go in one push, and no request waits for
 Redis: the push costs CPU and a round trip, one more wait for the interpreter's lock among gunicorn's
-threads.
+threads. A push carries at most PUSH_ITEMS items: a large batch's work goes in turns, and requests that
+arrive meanwhile go in the next push, not after the whole batch (one team's fan-out never holds back
+another team's single event).
 
 Nothing is lost by answering first: the deliveries are committed before their items are queued here,
 and the sweeper enqueues any due delivery Redis does not hold (a process killed before its push, or
@@ -24,6 +26,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 
 import redis
 from flask import Flask, current_app
@@ -45,6 +48,9 @@ MAX_WAITING = 10_000
 # costs nearly as much for one item as for ten. The first push after a quiet spell goes at once.
 PUSH_INTERVAL_SECONDS = 0.02
 _STAGED = "promesa_staged_work"  # the session's info key for work items waiting for its commit
+# The most items one push carries (docs/scheduler.md); the rest of a larger request waits behind the requests
+# that came meanwhile.
+PUSH_ITEMS = 1000
 
 
 class HandOff:
@@ -85,15 +91,25 @@ class HandOff:
     def _run(self) -> None:
         stopping = False
         next_push = 0.0
-        while not stopping:
-            waiting = [self._items.get()]
-            if (early := next_push - time.monotonic()) > 0 and waiting[0] is not _STOP:
-                time.sleep(early)  # the last push was a moment ago: let more gather for this one
+        line: deque[list[str]] = deque()  # requests' items not pushed yet, in turn
+        rest: list[str] = []  # what the last push left of a large request
+        bound = self._items.maxsize or float("inf")  # requests held here at most: the queue's bound
+        while True:
+            arrived = []
+            if not line and not rest:
+                if stopping:
+                    return
+                arrived.append(self._items.get())
+                if (early := next_push - time.monotonic()) > 0 and arrived[0] is not _STOP:
+                    time.sleep(early)  # the last push was a moment ago: let more gather for this one
             with contextlib.suppress(queue.Empty):
-                while True:  # everything queued meanwhile goes in the same push
-                    waiting.append(self._items.get_nowait())
-            stopping = any(items is _STOP for items in waiting)
-            gathered = [item for items in waiting if items is not _STOP for item in items]
+                while len(line) + len(arrived) < bound:  # what queued meanwhile joins the line
+                    arrived.append(self._items.get_nowait())
+            stopping = stopping or any(items is _STOP for items in arrived)
+            line.extend(items for items in arrived if items is not _STOP)
+            if rest:
+                line.append(rest)  # behind the requests that arrived while its first part was pushed
+            gathered, rest = _take(line, PUSH_ITEMS)
             if gathered:
                 try:
                     with self.app.app_context():
@@ -101,6 +117,18 @@ class HandOff:
                 except Exception:  # noqa: BLE001 - the thread must outlive any one push; the sweeper has them
                     log.exception("could not hand %d deliveries to Redis; the sweeper will", len(gathered))
                 next_push = time.monotonic() + self._push_interval
+
+
+def _take(line: deque[list[str]], limit: int) -> tuple[list[str], list[str]]:
+    """Up to `limit` items of the requests in line, oldest first, and what did not fit of the last one taken."""
+    taken: list[str] = []
+    while line and len(taken) < limit:
+        items = line.popleft()
+        room = limit - len(taken)
+        if len(items) > room:
+            return taken + items[:room], items[room:]
+        taken += items
+    return taken, []
 
 
 def start(app) -> None:

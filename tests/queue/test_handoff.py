@@ -135,3 +135,24 @@ def test_a_hung_redis_costs_bounded_memory_and_never_blocks_a_request(app, produ
         del app.extensions["promesa_handoff"]
     assert [len(p) for p in pushes] == [1, 2] and len(ready_items(app)) == 3
     assert sweep_once(app, clock) == 2 and len(ready_items(app)) == 5  # the dropped ones, from the database
+
+
+def test_a_large_batch_is_pushed_in_turns_and_a_request_arriving_meanwhile_goes_in_the_next_push(app):
+    """One team's fan-out (50,000 items from one request) took seconds to push on a loaded machine, and another
+    team's single event queued behind it waited all of them: a push carries at most PUSH_ITEMS."""
+    gate, pushes = threading.Event(), []
+
+    def push(items):
+        pushes.append(list(items))
+        assert gate.wait(10)  # the first part of the batch is on its way to Redis
+
+    thread = handoff.HandOff(app, push).start()
+    batch = [f"sub-a|dlv-{n:05}" for n in range(3 * handoff.PUSH_ITEMS + 5)]
+    thread.put(batch)
+    assert wait_until(lambda: pushes, 10, every=0.01)
+    thread.put(["sub-b|dlv-b"])  # another request, while the batch's first part is pushed
+    gate.set()
+    thread.stop()
+    assert [len(p) for p in pushes] == [handoff.PUSH_ITEMS, handoff.PUSH_ITEMS, handoff.PUSH_ITEMS, 6]
+    assert pushes[1][0] == "sub-b|dlv-b"
+    assert [item for p in pushes for item in p if item.startswith("sub-a")] == batch
