@@ -483,7 +483,7 @@ class _Drain:
         for item in items:
             subs_by_team.setdefault(item.team_id, set()).add(item.subscription_id)
         shares.refresh(frozenset(subs_by_team))
-        shares.arriving_subs = {team: len(subs - shares.waiting.keys()) - 1 for team, subs in subs_by_team.items()}
+        shares.arriving_subs = {team: len(subs - shares.waiting.keys()) for team, subs in subs_by_team.items()}
         for item in items:
             if item.subscription_state != SubscriptionState.ACTIVE:
                 to_hold.append(item)

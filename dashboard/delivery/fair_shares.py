@@ -41,7 +41,7 @@ class FairShares:
         self.team_waiting_subs: Counter = Counter()  # per team, its subscriptions with deliveries waiting here
         self.team_of: dict[str, str] = {}  # the team of each subscription that has had a request in flight here
         self.beside: set[str] = set()  # teams held by one slow subscription, as last found (concentrated_teams)
-        self.arriving_subs: dict[str, int] = {}  # per team, the subscriptions of the claim being taken
+        self.arriving_subs: dict[str, int] = {}  # per team, the subscriptions of the claim being taken not waiting here
         self.wanting: frozenset = frozenset()
         self.active: frozenset = frozenset()
         self.closing_at: float | None = None  # past its budget: only requests expected to end by then start
@@ -85,7 +85,8 @@ class FairShares:
                 return False
         share = self.share(team)
         # Within the team, the same again between its subscriptions that want slots (its consumers' endpoints).
-        others = self.team_waiting_subs.get(team, 0) + self.arriving_subs.get(team, 0) - (sub in self.waiting)
+        # Its own subscription is counted once: waiting here, or arriving in the claim being taken.
+        others = self.team_waiting_subs.get(team, 0) + self.arriving_subs.get(team, 0) - 1
         part = max(1, share // (others + 1))
         # A subscription under its part of its team's share starts as a newcomer team would, even while another
         # subscription of its team holds the whole share with slow requests: one consumer's slow endpoint never
@@ -163,6 +164,8 @@ class FairShares:
         if not queue:
             queue = self.waiting[item.subscription_id] = deque()
             self.team_waiting_subs[item.team_id] += 1
+            if item.team_id in self.arriving_subs:  # no longer arriving: counted as waiting from now on
+                self.arriving_subs[item.team_id] -= 1
         queue.append(Waiting(item, token))
         self.waiting_total += 1
         self.team_waiting[item.team_id] += 1

@@ -202,3 +202,36 @@ def test_work_waiting_here_that_cannot_start_does_not_keep_another_team_in_redis
     alpha_at = sorted(r.at for r in receiver.requests if "/alpha" in r.path)
     beta_at = [r.at for r in receiver.requests if r.path == "/ok"]
     assert len(beta_at) == 1 and beta_at[0] < alpha_at[0] + 0.8  # before alpha's first answer
+
+
+def test_a_claim_for_a_subscription_whose_work_already_waits_here_is_taken(app, clock):
+    """A team's work waiting here (the worker at twice its slots), then a claim of the same subscription's next
+    delivery: its subscription was counted out twice among its team's (-1 others), and a ZeroDivisionError failed
+    the drain, whose abandon then waited out a slow endpoint's requests while every team's new work waited."""
+    import asyncio
+    from dataclasses import fields
+
+    from dashboard.delivery.engine import _Drain
+    from dashboard.delivery.ledger import Claimed, DrainStats
+    from dashboard.models import SubscriptionState
+
+    app.config.update(PROMESA_MAX_IN_FLIGHT=2)
+    engine = DeliveryEngine(app, WorkQueue.for_app(app), clock)
+
+    def claimed(sub: str, team: str, n: int) -> Claimed:
+        values = dict.fromkeys((f.name for f in fields(Claimed)), None)
+        return Claimed(**values | {"delivery_id": f"{sub}-{n}", "subscription_id": sub, "team_id": team,
+                                   "subscription_state": SubscriptionState.ACTIVE, "url": "http://127.0.0.1/"})
+
+    async def taking():
+        loop = asyncio.get_running_loop()
+        engine.start = lambda *args, **kwargs: loop.create_future()  # on the wire until the test ends
+        run = _Drain(engine, None, DrainStats())
+        await run.take([], ([claimed(f"s{t}", f"T{t}", 0) for t in range(4)], "lease-1"))  # four newcomer teams
+        assert run.shares.slots == 4  # twice the worker's slots: the hard bound
+        await run.take([], ([claimed("b1", "B", 0), claimed("b1", "B", 1)], "lease-2"))
+        assert run.shares.waiting_total == 2
+        await run.take([], ([claimed("b1", "B", 2)], "lease-3"))
+        assert run.shares.waiting_total == 3 and run.shares.slots == 4
+
+    asyncio.run(taking())
