@@ -23,6 +23,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     case,
+    select,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -486,6 +487,13 @@ class Delivery(db.Model):
     event: Mapped[Event] = relationship(back_populates="deliveries")
     subscription: Mapped[Subscription] = relationship()
     attempts: Mapped[list[Attempt]] = relationship(order_by="Attempt.number", back_populates="delivery")
+
+
+def deliveries_locked(*where):
+    """The ids of the deliveries matching `where`, locked in id order (FOR UPDATE; SQLite has no row locks): a
+    bulk UPDATE of `Delivery.id.in_()` them takes its locks in the order the workers' writes take theirs, so a
+    pause or a delete and a worker's record never wait for each other in a cycle (PostgreSQL's deadlock)."""
+    return select(Delivery.id).where(*where).order_by(Delivery.id).with_for_update()
 
 
 class Attempt(db.Model):

@@ -10,7 +10,16 @@ from dashboard.consumers import portal
 from dashboard.core.extensions import db
 from dashboard.core.validation import ApiError, compact_json, refuse_nul
 from dashboard.ingest import quotas
-from dashboard.models import Consumer, ConsumerState, Delivery, DeliveryState, Subscription, SubscriptionState, Team
+from dashboard.models import (
+    Consumer,
+    ConsumerState,
+    Delivery,
+    DeliveryState,
+    Subscription,
+    SubscriptionState,
+    Team,
+    deliveries_locked,
+)
 from dashboard.queue.handoff import enqueue_after_commit
 from dashboard.queue.work import work_item
 from dashboard.schemas import MAX_CONSUMER_METADATA_BYTES, ConsumerInput
@@ -102,8 +111,9 @@ def set_state(consumer: Consumer, state: str, reason: str | None = None) -> int:
         portal.revoke(consumer, "disabled")
         # As pausing a subscription holds: one in flight finishes, and is held if it fails (engine).
         count = db.session.execute(
-            update(Delivery).where(Delivery.subscription_id.in_(subs), Delivery.state.in_(DeliveryState.DUE),
-                                   (Delivery.lease_expires_at.is_(None)) | (Delivery.lease_expires_at < now))
+            update(Delivery).where(Delivery.id.in_(deliveries_locked(
+                Delivery.subscription_id.in_(subs), Delivery.state.in_(DeliveryState.DUE),
+                (Delivery.lease_expires_at.is_(None)) | (Delivery.lease_expires_at < now))))
             .values(state=DeliveryState.HELD, updated_at=now).execution_options(synchronize_session=False)).rowcount
     else:
         consumer.state_reason = None
@@ -123,7 +133,8 @@ def _release_held(consumer: Consumer, now) -> list[tuple[str, str]]:
     active = select(Subscription.id).where(Subscription.consumer_id == consumer.id,
                                            Subscription.state == SubscriptionState.ACTIVE).scalar_subquery()
     return [tuple(row) for row in db.session.execute(
-        update(Delivery).where(Delivery.subscription_id.in_(active), Delivery.state == DeliveryState.HELD)
+        update(Delivery).where(Delivery.id.in_(deliveries_locked(Delivery.subscription_id.in_(active),
+                                                                 Delivery.state == DeliveryState.HELD)))
         .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
         .returning(Delivery.subscription_id, Delivery.id).execution_options(synchronize_session=False)).all()]
 

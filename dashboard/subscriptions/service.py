@@ -27,6 +27,7 @@ from dashboard.models import (
     SubscriptionMode,
     SubscriptionState,
     Team,
+    deliveries_locked,
     delivering_state,
     held_values,
 )
@@ -153,10 +154,11 @@ def cancel_waiting(subscription_ids: list[str], now) -> int:
     """Waiting deliveries of these subscriptions end cancelled. Clearing the lease makes a worker's
     record of an attempt already in flight leave the state alone (it settles by lease token)."""
     return db.session.execute(
-        update(Delivery).where(Delivery.subscription_id.in_(subscription_ids),
-                               Delivery.state.in_(DeliveryState.WAITING))
+        update(Delivery).where(Delivery.id.in_(deliveries_locked(Delivery.subscription_id.in_(subscription_ids),
+                                                                 Delivery.state.in_(DeliveryState.WAITING))))
         .values(state=DeliveryState.CANCELLED, next_attempt_at=None, updated_at=now,
-                lease_token=None, lease_expires_at=None)).rowcount
+                lease_token=None, lease_expires_at=None)
+        .execution_options(synchronize_session=False)).rowcount
 
 
 REASON_LENGTH = 500
@@ -209,9 +211,10 @@ def hold_waiting(sub: Subscription) -> int:
     is held if it fails. Returns how many were held; the caller commits."""
     now = current_app.config["CLOCK"].now()
     return db.session.execute(
-        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
-                               or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))
-        .values(state=DeliveryState.HELD, updated_at=now)).rowcount
+        update(Delivery).where(Delivery.id.in_(deliveries_locked(
+            Delivery.subscription_id == sub.id, Delivery.state.in_(DeliveryState.DUE),
+            or_(Delivery.lease_expires_at.is_(None), Delivery.lease_expires_at < now))))
+        .values(state=DeliveryState.HELD, updated_at=now).execution_options(synchronize_session=False)).rowcount
 
 
 def resume(sub: Subscription) -> int:
@@ -230,9 +233,10 @@ def _release(sub: Subscription, action: str, detail: dict | None = None) -> int:
     sub.state = SubscriptionState.ACTIVE
     sub.state_reason = None
     ids = db.session.scalars(
-        update(Delivery).where(Delivery.subscription_id == sub.id, Delivery.state == DeliveryState.HELD)
+        update(Delivery).where(Delivery.id.in_(deliveries_locked(Delivery.subscription_id == sub.id,
+                                                                 Delivery.state == DeliveryState.HELD)))
         .values(state=DeliveryState.PENDING, next_attempt_at=now, updated_at=now)
-        .returning(Delivery.id)).all()
+        .returning(Delivery.id).execution_options(synchronize_session=False)).all()
     audit.record(action, subscription=sub, deliveries=len(ids), detail=detail)
     enqueue_after_commit([work_item(sub.id, i) for i in ids])
     db.session.commit()

@@ -184,3 +184,33 @@ def test_a_delivery_stored_as_its_subscription_was_deleted_is_held_then_cancelle
     sweep_once(app)
     db.session.expire_all()
     assert db.session.scalar(select(Delivery.state)) == DeliveryState.CANCELLED
+
+
+def test_pause_resume_and_delete_lock_their_deliveries_in_id_order(app, producer, receiver):
+    """A bulk update of a subscription's deliveries locks them in id order (FOR UPDATE on PostgreSQL), as the
+    workers' lease renewal and record do: in another order the two deadlocked, and a delete during the
+    isolation fault answered 500."""
+    from sqlalchemy import event
+
+    sub = producer.subscribe(receiver.url + "/ok")
+    for _ in range(3):
+        producer.publish()
+    statements: list[str] = []
+
+    def seen(_conn, _cursor, statement, *_args):
+        statements.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        assert producer.post(f"/api/v1/subscriptions/{sub['id']}/pause", {"reason": "maintenance"}).status_code == 200
+        assert producer.post(f"/api/v1/subscriptions/{sub['id']}/resume").status_code == 200
+        assert producer.client.delete(f"/api/v1/subscriptions/{sub['id']}",
+                                      headers=producer.headers()).status_code == 200
+    finally:
+        event.remove(db.engine, "before_cursor_execute", seen)
+    updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE DELIVERIES")]
+    assert len(updates) == 3, statements
+    locking = "ORDER BY deliveries.id FOR UPDATE" if db.engine.dialect.name == "postgresql" else "ORDER BY deliveries.id"
+    assert all(locking in " ".join(s.split()) for s in updates), updates
+    states = db.session.scalars(select(Delivery.state).where(Delivery.subscription_id == sub["id"])).all()
+    assert states == [DeliveryState.CANCELLED] * 3
